@@ -1,0 +1,5 @@
+"""Toolsync project package; exports the Celery app so tasks bind to it."""
+
+from project.celery import app as celery_app
+
+__all__ = ["celery_app"]

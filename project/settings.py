@@ -1,0 +1,234 @@
+"""Django settings for Toolsync.
+
+Configuration comes only from the environment (django-environ), one typed
+default per setting. SQLite and a file-system broker are the embedded defaults
+of `make run`; production and the test suite use PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(environ.Env().str("TOOLSYNC_VAR_DIR", default=str(BASE_DIR / "var")))
+
+env = environ.Env()
+
+
+def _positive_float(name: str, default: float, *, allow_zero: bool = True) -> float:
+    """Read a non-negative float setting; a bad value stops startup."""
+    try:
+        value = env.float(name, default=default)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number") from exc
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ImproperlyConfigured(f"{name} must be {'>=' if allow_zero else '>'} 0")
+    return value
+
+
+def _positive_int(name: str, default: int) -> int:
+    try:
+        value = env.int(name, default=default)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer") from exc
+    if value <= 0:
+        raise ImproperlyConfigured(f"{name} must be > 0")
+    return value
+
+
+# ---------------------------------------------------------------------------
+# Core
+# ---------------------------------------------------------------------------
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "insecure-development-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "knox",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "gateways",
+    "tools",
+    "refresh",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# ---------------------------------------------------------------------------
+# Database
+# ---------------------------------------------------------------------------
+
+DATABASE_URL = env.str("DATABASE_URL", default="")
+if DATABASE_URL:
+    DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(VAR_DIR / "toolsync.sqlite3"),
+        }
+    }
+
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE takes the write lock at BEGIN, so two lease transactions
+    # queue instead of both reading "free" and failing on the upgrade.
+    _db.setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 30}
+    )
+elif not DEBUG and _db["ENGINE"].endswith("postgresql") and not _db.get("PASSWORD"):
+    if not env.bool("TOOLSYNC_ALLOW_PASSWORDLESS_DB", default=False):
+        raise ImproperlyConfigured(
+            "the database password is empty; set it in DATABASE_URL, or set "
+            "TOOLSYNC_ALLOW_PASSWORDLESS_DB=1 for trust/peer authentication"
+        )
+_db.setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=0))
+_db.setdefault("ATOMIC_REQUESTS", False)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# ---------------------------------------------------------------------------
+# Auth, i18n, static
+# ---------------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# ---------------------------------------------------------------------------
+# Celery
+# ---------------------------------------------------------------------------
+
+# The embedded default needs no broker server: kombu's file-system transport
+# works across processes on one machine.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    _queue_dir = VAR_DIR / "broker"
+    for _sub in ("out", "processed"):
+        (_queue_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir / "out"),
+        "data_folder_out": str(_queue_dir / "out"),
+        "processed_folder": str(_queue_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+# ---------------------------------------------------------------------------
+# Toolsync
+# ---------------------------------------------------------------------------
+
+TOOLSYNC_TOOL_SEPARATOR = env.str("TOOLSYNC_TOOL_SEPARATOR", default="__")
+TOOLSYNC_PROBE_MAX_PAGES = _positive_int("TOOLSYNC_PROBE_MAX_PAGES", 1000)
+TOOLSYNC_PROBE_MAX_TOOLS = _positive_int("TOOLSYNC_PROBE_MAX_TOOLS", 50_000)
+TOOLSYNC_PROBE_REQUEST_TIMEOUT = _positive_float(
+    "TOOLSYNC_PROBE_REQUEST_TIMEOUT", 30.0, allow_zero=False
+)
+TOOLSYNC_PROBE_DEADLINE = _positive_float(
+    "TOOLSYNC_PROBE_DEADLINE", 120.0, allow_zero=False
+)
+TOOLSYNC_MAX_DESCRIPTION_CHARS = _positive_int("TOOLSYNC_MAX_DESCRIPTION_CHARS", 65_536)
+TOOLSYNC_MAX_SCHEMA_BYTES = _positive_int("TOOLSYNC_MAX_SCHEMA_BYTES", 262_144)
+# A lease outlives the probe deadline plus apply, so a live worker never
+# loses it; a crashed worker's lease expires and can be taken over.
+TOOLSYNC_LEASE_SECONDS = _positive_float(
+    "TOOLSYNC_LEASE_SECONDS", 300.0, allow_zero=False
+)
+if TOOLSYNC_LEASE_SECONDS <= TOOLSYNC_PROBE_DEADLINE:
+    raise ImproperlyConfigured(
+        "TOOLSYNC_LEASE_SECONDS must be longer than TOOLSYNC_PROBE_DEADLINE"
+    )
+TOOLSYNC_DEFAULT_REFRESH_INTERVAL = _positive_int(
+    "TOOLSYNC_DEFAULT_REFRESH_INTERVAL", 300
+)
+TOOLSYNC_HEALTH_CHECK_INTERVAL = _positive_int("TOOLSYNC_HEALTH_CHECK_INTERVAL", 60)
+TOOLSYNC_UNREACHABLE_AFTER = _positive_int("TOOLSYNC_UNREACHABLE_AFTER", 3)
+TOOLSYNC_DEBOUNCE_SECONDS = _positive_float("TOOLSYNC_DEBOUNCE_SECONDS", 0.5)
+TOOLSYNC_MAX_DELAY_SECONDS = _positive_float("TOOLSYNC_MAX_DELAY_SECONDS", 5.0)
+# Comma-separated Fernet keys; the first encrypts, all decrypt (rotation).
+TOOLSYNC_ENCRYPTION_KEY = env.str("TOOLSYNC_ENCRYPTION_KEY", default="")
+if not TOOLSYNC_ENCRYPTION_KEY and not DEBUG:
+    raise ImproperlyConfigured("TOOLSYNC_ENCRYPTION_KEY must be set when DEBUG is off")
+# Tests that need PostgreSQL fail instead of skipping when this is on (CI).
+TOOLSYNC_REQUIRE_POSTGRES = env.bool("TOOLSYNC_REQUIRE_POSTGRES", default=False)
+
+# ---------------------------------------------------------------------------
+# Logging
+# ---------------------------------------------------------------------------
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # HTTP client libraries log request URLs; keep them quiet so nothing
+        # that might carry credentials reaches the log at INFO.
+        "httpx2": {"level": "WARNING"},
+        "httpcore2": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
+    },
+}
