@@ -101,15 +101,16 @@ def lease_acquire(
                 return LeaseResult(
                     acquired=False, holder_run_id=previous_run_id, coalesced=coalesce
                 )
-            if previous_run_id and previous_run_id != run_id:
-                RefreshRun.objects.filter(
-                    pk=previous_run_id, status=RefreshRun.Status.RUNNING
-                ).update(
-                    status=RefreshRun.Status.FAILED,
-                    reason="lease expired: the worker running this refresh stopped responding",
-                    error_code="lease_expired",
-                    finished_at=now,
-                )
+            # The lease is the truth: any other run still marked running is a
+            # dead worker's (its lease expired or was released without it).
+            RefreshRun.objects.filter(
+                gateway_id=gateway_id, status=RefreshRun.Status.RUNNING
+            ).exclude(pk=run_id).update(
+                status=RefreshRun.Status.FAILED,
+                reason="lease expired: the worker running this refresh stopped responding",
+                error_code="lease_expired",
+                finished_at=now,
+            )
             # Conditional claim: a run is executed once, even if its task is
             # delivered twice.
             claimed = RefreshRun.objects.filter(

@@ -155,6 +155,9 @@ def _normalize(
         try:
             if not isinstance(entry, Mapping):
                 raise _Invalid(f"entry is a {_json_type(entry)}, not an object")
+            nul = _find_nul(entry, "$")
+            if nul:
+                raise _Invalid(f"a string holds a NUL character at {nul}")
             key = entry.get(key_field)
             if isinstance(key, str) and counts[key] > 1:
                 raise _Invalid(
@@ -232,9 +235,6 @@ def _expect(
 
 
 def _check_common(entry: Mapping[str, Any], limits: NormalizeLimits) -> None:
-    nul = _find_nul(entry, "$")
-    if nul:
-        raise _Invalid(f"a string holds a NUL character at {nul}")
     _expect(entry, "title", (str,), "a string")
     description = _expect(entry, "description", (str,), "a string")
     if description is not None and len(description) > limits.max_description_chars:

@@ -57,6 +57,7 @@ def _tool_spec(o: Tool) -> dict:
 class ToolFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Tool
+        skip_postgeneration_save = True
 
     gateway = factory.SubFactory(GatewayFactory)
     name = factory.Sequence(lambda n: f"tool_{n}")
