@@ -30,7 +30,9 @@ class BenchContext:
 def _setup_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     os.environ.setdefault("SECRET_KEY", "bench-secret")
-    os.environ.setdefault("TOOLSYNC_ENCRYPTION_KEY", "uE7o9lqjR0h1a1Y1bVb1Yq7wqgYx8m6b2Y0z8s3Yw1E=")
+    os.environ.setdefault(
+        "TOOLSYNC_ENCRYPTION_KEY", "uE7o9lqjR0h1a1Y1bVb1Yq7wqgYx8m6b2Y0z8s3Yw1E="
+    )
     os.environ.setdefault("TOOLSYNC_ALLOW_PASSWORDLESS_DB", "1")
     os.environ.setdefault("TOOLSYNC_VAR_DIR", str(ROOT / "var" / "bench"))
     sys.path.insert(0, str(ROOT))
@@ -42,7 +44,9 @@ def _setup_django() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("names", nargs="*")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes (smoke run)"
+    )
     args = parser.parse_args()
     _setup_django()
     modules = sorted(p.stem for p in (ROOT / "bench").glob("bench_*.py"))
@@ -56,7 +60,10 @@ def main() -> None:
         module = importlib.import_module(f"bench.{name}")
         section = module.run(ctx)
         print(section, flush=True)
-        sections.append(section.rstrip() + f"\n\n_{name} took {time.monotonic() - started:.0f} s._\n")
+        sections.append(
+            section.rstrip()
+            + f"\n\n_{name} took {time.monotonic() - started:.0f} s._\n"
+        )
     header = (
         "# Benchmark results\n\n"
         f"Written by `make bench` on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "

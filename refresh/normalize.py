@@ -155,7 +155,7 @@ def _normalize(
         try:
             if not isinstance(entry, Mapping):
                 raise _Invalid(f"entry is a {_json_type(entry)}, not an object")
-            nul = _find_nul(entry, "$")
+            nul = _find_nul(entry, "$") if _may_hold_nul(entry) else None
             if nul:
                 raise _Invalid(f"a string holds a NUL character at {nul}")
             key = entry.get(key_field)
@@ -200,6 +200,15 @@ def _check_name(name: Any, field: str = "name") -> str:
     if not NAME_PATTERN.fullmatch(name):
         raise _Invalid(f"{field} {name[:60]!r} has characters outside [A-Za-z0-9_.-]")
     return name
+
+
+def _may_hold_nul(entry: Mapping[str, Any]) -> bool:
+    """A fast screen: JSON text escapes NUL as \\u0000, so without that
+    sequence there is no NUL to find (the exact walk below is ~10x slower)."""
+    try:
+        return "\\u0000" in json.dumps(entry, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return True
 
 
 def _find_nul(value: Any, path: str) -> str | None:

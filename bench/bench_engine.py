@@ -1,0 +1,71 @@
+"""Refresh engine: probe-only vs full, no-op and change refreshes (issue 2).
+
+PostgreSQL, Streamable HTTP, pages of 100, N = 100 / 1,000 / 10,000 tools.
+Each size runs in its own process so its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from bench.dbutil import fresh_database
+
+
+def run(ctx) -> str:
+    sizes = [100, 1000] if ctx.quick else [100, 1000, 10_000]
+    env = {**os.environ, "DATABASE_URL": fresh_database("toolsync_bench_engine")}
+    rows = []
+    for n in sizes:
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.engine_worker", str(n)],
+            cwd=ctx.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"engine benchmark N={n} failed:\n{out.stderr[-4000:]}")
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    lines = [
+        "## Refresh engine (issue 2)",
+        "",
+        "PostgreSQL, Streamable HTTP, pages of 100. Probe-only = connect + list every page + "
+        "normalize/validate (no database). Times are medians of 3 runs; the change refresh "
+        "follows a server mutation of 10 % changed, 5 % added, 5 % removed, applied with "
+        "deactivate_missing.",
+        "",
+        "| N | probe-only | first apply | no-op refresh | no-op / probe | change refresh "
+        "| change / probe | queries (first / no-op / change) | peak RSS |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    verdicts = []
+    for r in rows:
+        noop_ratio = r["noop_s"] / r["probe_only_s"]
+        change_ratio = r["change_s"] / r["probe_only_s"]
+        lines.append(
+            f"| {r['n']:,} | {r['probe_only_s'] * 1000:.0f} ms | {r['first_apply_s'] * 1000:.0f} ms "
+            f"| {r['noop_s'] * 1000:.0f} ms | {noop_ratio:.2f}x | {r['change_s'] * 1000:.0f} ms "
+            f"| {change_ratio:.2f}x | {r['first_apply_queries']} / {r['noop_queries']} / "
+            f"{r['change_queries']} | {r['peak_rss_mb']:.0f} MB |"
+        )
+        verdicts.append(
+            f"- N={r['n']:,}: no-op {noop_ratio:.2f}x (target <= 1.3x) "
+            f"{'meets' if noop_ratio <= 1.3 else 'MISSES'}; change {change_ratio:.2f}x "
+            f"(target <= 1.5x) {'meets' if change_ratio <= 1.5 else 'MISSES'}; "
+            f"last change round {r['change_summary']}"
+        )
+    noop_queries = {r["noop_queries"] for r in rows}
+    verdicts.append(
+        f"- no-op query count across N: {sorted(noop_queries)} "
+        f"({'constant' if len(noop_queries) == 1 else 'NOT constant'})"
+    )
+    big = rows[-1]
+    verdicts.append(
+        f"- peak RSS at N={big['n']:,}: {big['peak_rss_mb']:.0f} MB (target <= 300 MB) "
+        f"{'meets' if big['peak_rss_mb'] <= 300 else 'MISSES'}"
+    )
+    return "\n".join(lines + [""] + verdicts) + "\n"

@@ -1,0 +1,90 @@
+"""One engine benchmark size, in its own process (so peak RSS is its own).
+
+`python -m bench.engine_worker N` prints one JSON object with the figures.
+Expects DATABASE_URL to point at the (empty, migrated) benchmark database.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import time
+
+from bench.__main__ import _setup_django
+
+
+def main() -> None:
+    n = int(sys.argv[1])
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    _setup_django()
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gateways.services import (
+        gateway_create,
+        gateway_probe_target,
+        probe_limits,
+        tenant_get_or_create,
+    )
+    from refresh.models import RefreshRun
+    from refresh.options import RefreshOptions
+    from refresh.probe import probe_gateway
+    from refresh.services import probe_catalog, refresh_gateway
+    from testservers.harness import start_server
+
+    server = start_server(tools=n, page_size=100, seed=n)
+    try:
+        tenant = tenant_get_or_create(slug=f"bench-{n}")
+        gateway = gateway_create(
+            tenant=tenant, name=f"bench {n}", prefix=f"b{n}", url=server.url
+        )
+        target = gateway_probe_target(gateway)
+
+        def probe_only() -> float:
+            start = time.perf_counter()
+            probe_catalog(probe_gateway(target, probe_limits()))
+            return time.perf_counter() - start
+
+        def refresh(options: RefreshOptions) -> tuple[float, int, RefreshRun]:
+            with CaptureQueriesContext(connection) as queries:
+                start = time.perf_counter()
+                run = refresh_gateway(
+                    gateway=gateway, trigger=RefreshRun.Trigger.CLI, options=options
+                )
+                elapsed = time.perf_counter() - start
+            assert run.status == "succeeded", run.reason
+            return elapsed, len(queries.captured_queries), run
+
+        probe_only()  # warm the server and the client
+        probe_times = [probe_only() for _ in range(repeats)]
+        first_s, first_q, _ = refresh(RefreshOptions(apply=True))
+        noop = [refresh(RefreshOptions(apply=True)) for _ in range(repeats)]
+        changes = []
+        for round_no in range(repeats):
+            server.mutate(change=0.10, add=0.05, remove=0.05, seed=round_no + 1)
+            changes.append(refresh(RefreshOptions(apply=True, deactivate_missing=True)))
+        summary = changes[-1][2].summary
+        result = {
+            "n": n,
+            "probe_only_s": statistics.median(probe_times),
+            "first_apply_s": first_s,
+            "first_apply_queries": first_q,
+            "noop_s": statistics.median(t for t, _, _ in noop),
+            "noop_queries": noop[-1][1],
+            "change_s": statistics.median(t for t, _, _ in changes),
+            "change_queries": changes[-1][1],
+            "change_summary": {
+                k: summary.get(k)
+                for k in ("added", "updated", "disappeared", "deactivated")
+            },
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    finally:
+        server.kill()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
