@@ -152,6 +152,9 @@ class Gateway(models.Model):
     consecutive_failures = models.PositiveIntegerField(default=0)
     last_health_check_at = models.DateTimeField(null=True, blank=True)
     health_reason = models.TextField(blank=True)
+    # Claimed by the health sweep (refresh.health): when the next liveness
+    # check of this gateway falls due; empty means at once.
+    next_health_check_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     # Refresh policy (SPEC 5.2), used by scheduled and event-driven runs.
     refresh_interval = models.PositiveIntegerField(
@@ -210,7 +213,11 @@ class Gateway(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["enabled", "next_refresh_at"], name="gateway_due_idx")
+            models.Index(fields=["enabled", "next_refresh_at"], name="gateway_due_idx"),
+            models.Index(
+                fields=["enabled", "next_health_check_at"],
+                name="gateway_health_due_idx",
+            ),
         ]
 
     def __str__(self) -> str:
