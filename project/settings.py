@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "gateways",
     "tools",
     "refresh",
+    "skills",
 ]
 
 MIDDLEWARE = [

@@ -186,6 +186,9 @@ def finish_run(
                         offered={e.key: e for e in normalized.entries},
                     )
             sections[kind] = entries_section(entry_diff, note, applied=do_apply)
+        # Before the skills step: it must see this read's completeness, not
+        # the previous one's (a first read would otherwise skip every skill).
+        _record_server_metadata(gateway, probe, complete=diff.complete)
         skills = (
             hooks.after_apply(gateway=gateway, run_id=run.pk, changed=diff.has_writes)
             if do_apply
