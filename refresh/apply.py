@@ -216,21 +216,25 @@ def finish_run(
             report["skills"] = skills
         now = timezone.now()
         _record_server_metadata(gateway, probe, complete=diff.complete)
-        RefreshRun.objects.filter(pk=run.pk).update(
-            status=RefreshRun.Status.SUCCEEDED,
-            applied=do_apply,
-            complete=diff.complete,
-            summary=report["summary"],
-            report=report,
-            reason="catalog changed since the preview; nothing applied"
+        final = {
+            "status": RefreshRun.Status.SUCCEEDED,
+            "applied": do_apply,
+            "complete": diff.complete,
+            "summary": report["summary"],
+            "report": report,
+            "reason": "catalog changed since the preview; nothing applied"
             if stale_preview
             else "",
-            catalog_fingerprint=catalog.fingerprint,
-            finished_at=now,
-            duration_ms=duration_ms,
-        )
+            "catalog_fingerprint": catalog.fingerprint,
+            "finished_at": now,
+            "duration_ms": duration_ms,
+        }
+        RefreshRun.objects.filter(pk=run.pk).update(**final)
         close_gateway_run(gateway, token, status=RefreshRun.Status.SUCCEEDED, now=now)
-    run.refresh_from_db()
+    # Not refresh_from_db(): the report can be megabytes; we have every value.
+    for name, value in final.items():
+        setattr(run, name, value)
+    run.refresh_from_db(fields=["started_at", "lease_token"])
     return RunOutcome(run=run, diff=diff)
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,17 +117,17 @@ def effect_hint(annotations: Mapping[str, Any] | None) -> str:
 
 def normalize_tools(entries: Iterable[Any], limits: NormalizeLimits) -> Normalized:
     """Validate and normalize a `tools/list` listing."""
-    return _normalize(entries, "name", _tool_spec, limits)
+    return _normalize(entries, "name", TOOL_WIRE_FIELDS, _tool_spec, limits)
 
 
 def normalize_prompts(entries: Iterable[Any], limits: NormalizeLimits) -> Normalized:
     """Validate and normalize a `prompts/list` listing (keyed by name)."""
-    return _normalize(entries, "name", _prompt_spec, limits)
+    return _normalize(entries, "name", PROMPT_WIRE_FIELDS, _prompt_spec, limits)
 
 
 def normalize_resources(entries: Iterable[Any], limits: NormalizeLimits) -> Normalized:
     """Validate and normalize a `resources/list` listing (keyed by URI)."""
-    return _normalize(entries, "uri", _resource_spec, limits)
+    return _normalize(entries, "uri", RESOURCE_WIRE_FIELDS, _resource_spec, limits)
 
 
 def _display_key(entry: Any, key_field: str) -> str:
@@ -140,7 +140,11 @@ def _display_key(entry: Any, key_field: str) -> str:
 
 
 def _normalize(
-    entries: Iterable[Any], key_field: str, build: Any, limits: NormalizeLimits
+    entries: Iterable[Any],
+    key_field: str,
+    fields: Sequence[str],
+    build: Callable[[dict[str, Any], _Canonical, NormalizeLimits], EntrySpec],
+    limits: NormalizeLimits,
 ) -> Normalized:
     raw = list(entries)
     counts = Counter(
@@ -155,19 +159,42 @@ def _normalize(
         try:
             if not isinstance(entry, Mapping):
                 raise _Invalid(f"entry is a {_json_type(entry)}, not an object")
-            nul = _find_nul(entry, "$") if _may_hold_nul(entry) else None
-            if nul:
-                raise _Invalid(f"a string holds a NUL character at {nul}")
+            spec = _pick(entry, (key_field, *fields))
+            # One canonical encoding per entry serves the NUL screen, the size
+            # bound and the hash: json.dumps dominated a 10,000-tool refresh.
+            canonical = _Canonical.of(spec)
             key = entry.get(key_field)
             if isinstance(key, str) and counts[key] > 1:
                 raise _Invalid(
                     f"{key_field} occurs {counts[key]} times in one listing; "
                     "every copy is skipped because the listing is ambiguous"
                 )
-            valid.append(build(entry, limits))
+            valid.append(build(spec, canonical, limits))
         except _Invalid as exc:
             skipped.append(SkippedEntry(name=shown, reason=str(exc)))
     return Normalized(entries=tuple(valid), skipped=tuple(skipped))
+
+
+@dataclass(frozen=True)
+class _Canonical:
+    """An entry's canonical JSON bytes and their SHA-256."""
+
+    size: int
+    digest: str
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any]) -> _Canonical:
+        try:
+            text = canonical_json(spec)
+        except (ValueError, TypeError) as exc:  # NaN or Infinity: not JSON
+            raise _Invalid(f"entry is not valid JSON: {exc}") from exc
+        # JSON text escapes NUL as \u0000; only then walk for its path.
+        if "\\u0000" in text:
+            nul = _find_nul(spec, "$")
+            if nul:
+                raise _Invalid(f"a string holds a NUL character at {nul}")
+        data = text.encode("utf-8")
+        return cls(size=len(data), digest=hashlib.sha256(data).hexdigest())
 
 
 def _json_type(value: Any) -> str:
@@ -200,15 +227,6 @@ def _check_name(name: Any, field: str = "name") -> str:
     if not NAME_PATTERN.fullmatch(name):
         raise _Invalid(f"{field} {name[:60]!r} has characters outside [A-Za-z0-9_.-]")
     return name
-
-
-def _may_hold_nul(entry: Mapping[str, Any]) -> bool:
-    """A fast screen: JSON text escapes NUL as \\u0000, so without that
-    sequence there is no NUL to find (the exact walk below is ~10x slower)."""
-    try:
-        return "\\u0000" in json.dumps(entry, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return True
 
 
 def _find_nul(value: Any, path: str) -> str | None:
@@ -272,7 +290,9 @@ def _pick(entry: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
     return {f: entry[f] for f in fields if entry.get(f) is not None}
 
 
-def _tool_spec(entry: Mapping[str, Any], limits: NormalizeLimits) -> EntrySpec:
+def _tool_spec(
+    entry: dict[str, Any], canonical: _Canonical, limits: NormalizeLimits
+) -> EntrySpec:
     name = _check_name(entry.get("name"))
     _check_common(entry, limits)
     annotations = _expect(entry, "annotations", (dict,), "an object")
@@ -291,19 +311,20 @@ def _tool_spec(entry: Mapping[str, Any], limits: NormalizeLimits) -> EntrySpec:
         raise _Invalid("execution.taskSupport must be a string")
     if entry.get("inputSchema") is None:
         raise _Invalid("inputSchema is missing")
-    _check_schema(entry["inputSchema"], "inputSchema", limits)
+    _check_schema(entry["inputSchema"], "inputSchema", limits, canonical)
     if entry.get("outputSchema") is not None:
-        _check_schema(entry["outputSchema"], "outputSchema", limits)
-    spec = {"name": name, **_pick(entry, TOOL_WIRE_FIELDS)}
+        _check_schema(entry["outputSchema"], "outputSchema", limits, canonical)
     return EntrySpec(
         key=name,
-        spec=spec,
-        spec_hash=_hash_or_invalid(spec),
+        spec=entry,
+        spec_hash=canonical.digest,
         effect_hint=effect_hint(annotations),
     )
 
 
-def _prompt_spec(entry: Mapping[str, Any], limits: NormalizeLimits) -> EntrySpec:
+def _prompt_spec(
+    entry: dict[str, Any], canonical: _Canonical, limits: NormalizeLimits
+) -> EntrySpec:
     name = _check_name(entry.get("name"))
     _check_common(entry, limits)
     arguments = _expect(entry, "arguments", (list,), "an array")
@@ -316,11 +337,12 @@ def _prompt_spec(entry: Mapping[str, Any], limits: NormalizeLimits) -> EntrySpec
             argument["required"], bool
         ):
             raise _Invalid(f"arguments[{i}].required must be a boolean")
-    spec = {"name": name, **_pick(entry, PROMPT_WIRE_FIELDS)}
-    return EntrySpec(key=name, spec=spec, spec_hash=_hash_or_invalid(spec))
+    return EntrySpec(key=name, spec=entry, spec_hash=canonical.digest)
 
 
-def _resource_spec(entry: Mapping[str, Any], limits: NormalizeLimits) -> EntrySpec:
+def _resource_spec(
+    entry: dict[str, Any], canonical: _Canonical, limits: NormalizeLimits
+) -> EntrySpec:
     uri = entry.get("uri")
     if not isinstance(uri, str) or not uri:
         raise _Invalid("uri must be a non-empty string")
@@ -332,31 +354,26 @@ def _resource_spec(entry: Mapping[str, Any], limits: NormalizeLimits) -> EntrySp
     _expect(entry, "mimeType", (str,), "a string")
     _expect(entry, "size", (int,), "an integer")
     _expect(entry, "annotations", (dict,), "an object")
-    spec = {"uri": uri, **_pick(entry, RESOURCE_WIRE_FIELDS)}
-    return EntrySpec(key=uri, spec=spec, spec_hash=_hash_or_invalid(spec))
+    return EntrySpec(key=uri, spec=entry, spec_hash=canonical.digest)
 
 
-def _hash_or_invalid(spec: Mapping[str, Any]) -> str:
-    try:
-        return spec_hash(spec)
-    except ValueError as exc:  # NaN or Infinity: not JSON
-        raise _Invalid(f"entry is not valid JSON: {exc}") from exc
-
-
-def _check_schema(schema: Any, field: str, limits: NormalizeLimits) -> None:
+def _check_schema(
+    schema: Any, field: str, limits: NormalizeLimits, canonical: _Canonical
+) -> None:
     if not isinstance(schema, Mapping):
         raise _Invalid(f"{field} must be an object schema, got {_json_type(schema)}")
     if schema.get("type") != "object":
         raise _Invalid(
             f'{field} is not an object schema (root "type" must be "object")'
         )
-    try:
-        text = canonical_json(schema)
-    except ValueError as exc:
-        raise _Invalid(f"{field} is not valid JSON: {exc}") from exc
-    size = len(text.encode("utf-8"))
-    if size > limits.max_schema_bytes:
-        raise _Invalid(f"{field} is {size:,} bytes (limit {limits.max_schema_bytes:,})")
+    # A schema's canonical text is part of the entry's, so an entry within the
+    # limit has schemas within it; only a larger entry is measured field by field.
+    if canonical.size > limits.max_schema_bytes:
+        size = len(canonical_json(schema).encode("utf-8"))
+        if size > limits.max_schema_bytes:
+            raise _Invalid(
+                f"{field} is {size:,} bytes (limit {limits.max_schema_bytes:,})"
+            )
     problem = _schema_problem(schema)
     if problem:
         raise _Invalid(f"{field} is not valid JSON Schema: {problem}")

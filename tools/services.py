@@ -55,6 +55,10 @@ class ApplyOutcome:
     review_changed: int = 0
 
 
+def _batches(items: Sequence[ItemChange]) -> list[Sequence[ItemChange]]:
+    return [items[i : i + BATCH] for i in range(0, len(items), BATCH)]
+
+
 def _tool_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     fields = {attr: spec.get(key) for attr, key in TOOL_SERVER_FIELDS.items()}
     fields["input_schema"] = spec.get("inputSchema") or {}
@@ -83,60 +87,69 @@ def catalog_apply(
             "refusing to deactivate on an incomplete catalog", code="incomplete"
         )
 
-    created = Tool.objects.bulk_create(
-        [
-            Tool(
-                gateway=gateway,
-                name=item.name,
-                spec_hash=offered[item.name].spec_hash,
-                effect="write",
-                gated=True,
-                review_state=Tool.ReviewState.PENDING,
-                current_revision=1,
-                **_tool_fields(offered[item.name].spec),
-            )
-            for item in added
-        ],
-        batch_size=BATCH,
-    )
-    revisions = [
-        ToolRevision(
-            tool_id=tool.pk,
-            number=1,
-            spec=dict(offered[tool.name].spec),
-            spec_hash=tool.spec_hash,
-            changed_fields=list(item.changed_fields),
-            refresh_run_id=run_id,
+    # Batches bound memory: a 10,000-tool first apply never holds 20,000 model
+    # instances at once.
+    created = 0
+    for chunk in _batches(added):
+        tools = Tool.objects.bulk_create(
+            [
+                Tool(
+                    gateway=gateway,
+                    name=item.name,
+                    spec_hash=offered[item.name].spec_hash,
+                    effect="write",
+                    gated=True,
+                    review_state=Tool.ReviewState.PENDING,
+                    current_revision=1,
+                    **_tool_fields(offered[item.name].spec),
+                )
+                for item in chunk
+            ]
         )
-        for tool, item in zip(created, added, strict=True)
-    ]
+        ToolRevision.objects.bulk_create(
+            [
+                ToolRevision(
+                    tool_id=tool.pk,
+                    number=1,
+                    spec=offered[tool.name].spec,
+                    spec_hash=tool.spec_hash,
+                    changed_fields=list(item.changed_fields),
+                    refresh_run_id=run_id,
+                )
+                for tool, item in zip(tools, chunk, strict=True)
+            ]
+        )
+        created += len(tools)
 
-    updated_rows: list[Tool] = []
-    for item in spec_writes:
-        entry = offered[item.name]
-        number = rows[item.name].revision + 1
-        updated_rows.append(
-            Tool(
-                pk=item.row_id,
-                spec_hash=entry.spec_hash,
-                current_revision=number,
-                updated_at=now,
-                **_tool_fields(entry.spec),
-            )
+    revisions = 0
+    for chunk in _batches(spec_writes):
+        numbers = {item.name: rows[item.name].revision + 1 for item in chunk}
+        _update_tool_specs(
+            [
+                Tool(
+                    pk=item.row_id,
+                    spec_hash=offered[item.name].spec_hash,
+                    current_revision=numbers[item.name],
+                    **_tool_fields(offered[item.name].spec),
+                )
+                for item in chunk
+            ],
+            now,
         )
-        revisions.append(
-            ToolRevision(
-                tool_id=item.row_id,
-                number=number,
-                spec=dict(entry.spec),
-                spec_hash=entry.spec_hash,
-                changed_fields=list(item.changed_fields),
-                refresh_run_id=run_id,
-            )
+        ToolRevision.objects.bulk_create(
+            [
+                ToolRevision(
+                    tool_id=item.row_id,
+                    number=numbers[item.name],
+                    spec=offered[item.name].spec,
+                    spec_hash=offered[item.name].spec_hash,
+                    changed_fields=list(item.changed_fields),
+                    refresh_run_id=run_id,
+                )
+                for item in chunk
+            ]
         )
-    if updated_rows:
-        _update_tool_specs(updated_rows, now)
-    ToolRevision.objects.bulk_create(revisions, batch_size=BATCH)
+        revisions += len(chunk)
 
     review_ids = [i.row_id for i in spec_writes if i.requires_review]
     if review_ids:
@@ -159,12 +172,12 @@ def catalog_apply(
     for effect, ids in effect_changes.items():
         Tool.objects.filter(id__in=ids).update(effect=effect, updated_at=now)
     return ApplyOutcome(
-        created=len(created),
+        created=created,
         updated=len([i for i in spec_writes if i.change is Change.UPDATED]),
         reactivated=len(reactivate),
         deactivated=len(deactivate),
         effect_changed=sum(len(ids) for ids in effect_changes.values()),
-        revisions=len(revisions),
+        revisions=created + revisions,
         review_changed=len(review_ids),
     )
 
@@ -191,6 +204,8 @@ def _update_tool_specs(rows: Sequence[Tool], now: datetime) -> None:
     cost ~1 s for 100 tools. SQLite (the embedded default) keeps bulk_update.
     """
     if connection.vendor != "postgresql":
+        for row in rows:
+            row.updated_at = now
         Tool.objects.bulk_update(
             rows,
             [*TOOL_SERVER_FIELDS, "spec_hash", "current_revision", "updated_at"],
