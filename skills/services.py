@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -52,9 +52,10 @@ def _check_list(
     limit: int,
     errors: dict[str, list[str]],
 ) -> list[str]:
-    if not isinstance(value, list | tuple):
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         errors[field] = [f"Expected a list of {what}s."]
         return []
+    value = list(value)
     problems: list[str] = []
     if len(value) > limit:
         problems.append(f"At most {limit} {what}s per revision (got {len(value)}).")
@@ -168,13 +169,13 @@ def skill_create(
     *,
     tenant: Tenant,
     name: str,
-    tools: Iterable[str],
+    tools: Iterable[str] = (),
     includes: Iterable[str] = (),
     author: AbstractBaseUser | None = None,
 ) -> Skill:
     """Register a skill at revision 1 and compute its status (and its includers')."""
     tool_list, include_list = skill_content_validate(
-        name=name, tools=list(tools), includes=list(includes)
+        name=name, tools=tools, includes=includes
     )
     with transaction.atomic():
         _hold_tenant_catalogs(tenant.pk)
@@ -215,7 +216,7 @@ def skill_revision_create(
     the current revision's writes nothing.
     """
     tool_list, include_list = skill_content_validate(
-        name=skill.name, tools=list(tools), includes=list(includes)
+        name=skill.name, tools=tools, includes=includes
     )
     with transaction.atomic():
         _hold_tenant_catalogs(skill.tenant_id)
