@@ -92,7 +92,9 @@ class ProbeTarget:
 class Listing:
     """Raw entries of one list method, and whether they are the whole list."""
 
-    entries: tuple[Any, ...]
+    # Out of repr: asyncio formats a finished task's result, and a repr of
+    # 10,000 raw tools took 0.2 s on every probe.
+    entries: tuple[Any, ...] = field(repr=False)
     complete: bool
     incomplete_reason: str | None = None
     pages: int = 0
@@ -117,7 +119,7 @@ class ProbeResult:
 
 @dataclass
 class _ListingProgress:
-    entries: list[Any] = field(default_factory=list)
+    entries: list[Any] = field(default_factory=list, repr=False)
     pages: int = 0
     complete: bool = False
     reason: str | None = None
