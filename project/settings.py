@@ -212,6 +212,26 @@ if not TOOLSYNC_ENCRYPTION_KEY and not DEBUG:
 # Tests that need PostgreSQL fail instead of skipping when this is on (CI).
 TOOLSYNC_REQUIRE_POSTGRES = env.bool("TOOLSYNC_REQUIRE_POSTGRES", default=False)
 
+# Scheduling and health (SPEC 5.2, docs/scheduling.md). Beat enqueues one sweep
+# every TOOLSYNC_SCHEDULE_SWEEP_SECONDS; a sweep enqueues what is due, in
+# batches. A scheduled run still queued after TOOLSYNC_QUEUED_RUN_MAX_AGE
+# seconds (lost message, no worker) is failed so the next tick replaces it.
+TOOLSYNC_SCHEDULE_SWEEP_SECONDS = _positive_int("TOOLSYNC_SCHEDULE_SWEEP_SECONDS", 1)
+TOOLSYNC_SCHEDULE_BATCH_SIZE = _positive_int("TOOLSYNC_SCHEDULE_BATCH_SIZE", 500)
+TOOLSYNC_HEALTH_CHECK_TIMEOUT = _positive_float(
+    "TOOLSYNC_HEALTH_CHECK_TIMEOUT", 10.0, allow_zero=False
+)
+TOOLSYNC_QUEUED_RUN_MAX_AGE = _positive_int("TOOLSYNC_QUEUED_RUN_MAX_AGE", 900)
+# A worker machine's own /metrics exporter (0 = off); see docs/scale-out.md.
+TOOLSYNC_WORKER_METRICS_PORT = env.int("TOOLSYNC_WORKER_METRICS_PORT", default=0)
+TOOLSYNC_WORKER_METRICS_ADDR = env.str(
+    "TOOLSYNC_WORKER_METRICS_ADDR", default="127.0.0.1"
+)
+# Soft limit: the probe's own deadline plus room to record the outcome; the
+# hard limit kills a task that ignored it (its lease then simply expires).
+CELERY_TASK_SOFT_TIME_LIMIT = int(TOOLSYNC_PROBE_DEADLINE) + 60
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 30
+
 # ---------------------------------------------------------------------------
 # Logging
 # ---------------------------------------------------------------------------

@@ -464,6 +464,93 @@ async def _walk(
         cursor = next_cursor
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """A successful liveness check: the era that answered and how fast."""
+
+    era: str
+    protocol_version: str
+    latency_ms: int
+
+
+def check_liveness(target: ProbeTarget, timeout: float) -> Liveness:
+    """Cheap liveness check, bounded by `timeout` seconds; raises `ProbeError`.
+
+    Era-appropriate: a handshake-era server is `initialize`d and then pinged
+    (`ping`); a 2026-era server answers `server/discover`, which is the whole
+    check (`ping` no longer exists there). An unknown era negotiates (discover,
+    falling back to the handshake). Lists nothing, so it costs one or two
+    round trips.
+    """
+    return anyio.run(partial(check_liveness_async, target, timeout))
+
+
+async def check_liveness_async(target: ProbeTarget, timeout: float) -> Liveness:
+    """Async form of `check_liveness`."""
+    started = time.monotonic()
+    limits = ProbeLimits(request_timeout=timeout, deadline=timeout)
+    progress = _ProbeProgress()
+    answered: list[str] = []
+    modes = ["legacy", "auto"] if target.era == ERA_LEGACY else ["auto"]
+    # Whole sessions inside the scope (the client's task group must exit in
+    # the scope it entered), so a server that accepts and then stalls is cut
+    # off at the deadline instead of holding the health worker.
+    with anyio.move_on_after(timeout):
+        for attempt, mode in enumerate(modes):
+            progress = _ProbeProgress()
+            try:
+                await _liveness_session(target, limits, mode, progress, answered)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                leaf = _leaf(exc)
+                if (
+                    attempt + 1 < len(modes)
+                    and isinstance(leaf, MCPError)
+                    and leaf.code == UNSUPPORTED_PROTOCOL_VERSION
+                ):
+                    continue  # the remembered era is stale; negotiate afresh
+                raise _connect_error(leaf, progress, target) from None
+            break
+    if not answered:
+        raise ProbeError(
+            f"no answer within {timeout:g} s", code="timeout", retryable=True
+        )
+    return Liveness(
+        era=progress.era,
+        protocol_version=progress.protocol_version,
+        latency_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+async def _liveness_session(
+    target: ProbeTarget,
+    limits: ProbeLimits,
+    mode: str,
+    progress: _ProbeProgress,
+    answered: list[str],
+) -> None:
+    async with AsyncExitStack() as stack:
+        transport = await _open_transport(target, limits, progress, stack)
+        client = Client(
+            transport,
+            mode=mode,
+            read_timeout_seconds=limits.request_timeout,
+            client_info=CLIENT_INFO,
+            cache=None,
+        )
+        await stack.enter_async_context(client)
+        progress.connected = True
+        progress.protocol_version = client.protocol_version
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            progress.era = ERA_MODERN
+            answered.append("server/discover")
+            return
+        progress.era = ERA_LEGACY
+        # The handshake proves the server accepts sessions; ping proves the
+        # session answers (SPEC 5.2: handshake-era liveness is `ping`).
+        await client.session.send_ping()
+        answered.append("ping")
+
+
 def _leaf(exc: BaseException) -> BaseException:
     """The first real exception inside (nested) exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:

@@ -24,6 +24,7 @@ from gateways.services import (
     gateway_secret_values,
     probe_limits,
 )
+from refresh import metrics
 from refresh.apply import ProbedCatalog, close_gateway_run, finish_run
 from refresh.diff import catalog_fingerprint
 from refresh.exceptions import (
@@ -50,6 +51,11 @@ logger = logging.getLogger("toolsync.refresh")
 Trigger = RefreshRun.Trigger
 Status = RefreshRun.Status
 MANUAL_TRIGGERS = frozenset({Trigger.API, Trigger.ADMIN, Trigger.CLI})
+# Shared with refresh.schedule, which records these skips without a worker.
+UNREACHABLE_SKIP_REASON = (
+    "the gateway is unreachable; health checks will refresh it when it is back"
+)
+UNREACHABLE_SKIP_CODE = "gateway_unreachable"
 
 
 def normalize_limits() -> NormalizeLimits:
@@ -155,11 +161,7 @@ def refresh_run_execute(
         run.trigger in (Trigger.SCHEDULE, Trigger.EVENT)
         and gateway.health == Gateway.Health.UNREACHABLE
     ):
-        return _skip(
-            run,
-            "the gateway is unreachable; health checks will refresh it when it is back",
-            "gateway_unreachable",
-        )
+        return _skip(run, UNREACHABLE_SKIP_REASON, UNREACHABLE_SKIP_CODE)
 
     lease = lease_acquire(
         gateway_id=gateway.pk,
@@ -308,8 +310,14 @@ def _duration_ms(run: RefreshRun, now: Any) -> int | None:
     return int((now - run.started_at).total_seconds() * 1000)
 
 
+def log_run(run: RefreshRun) -> None:
+    """Log and count a finished run (for runs recorded outside this module)."""
+    _log_run(run)
+
+
 def _log_run(run: RefreshRun) -> None:
-    """One structured line per run (SPEC 7); never includes credentials."""
+    """One structured line per run (SPEC 7), and its metrics; never credentials."""
+    metrics.run_finished(run)
     logger.info(
         "refresh_run %s",
         json.dumps(
