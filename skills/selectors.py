@@ -208,13 +208,14 @@ def active_tools_among(pairs: Collection[tuple[int, str]]) -> set[tuple[int, str
     return active
 
 
-def skill_list(*, tenant_ids: Iterable[int] | QuerySet[Any]) -> QuerySet[Skill]:
-    """Skills of the given tenants with their current revision and tenant joined."""
-    return (
-        Skill.objects.filter(tenant_id__in=tenant_ids)
-        .select_related("current_revision", "tenant")
-        .order_by("tenant_id", "name")
+def skill_list(*, tenant_ids: Iterable[int] | None = None) -> QuerySet[Skill]:
+    """Skills (of the given tenants, or all) with current revision and tenant joined."""
+    qs = Skill.objects.select_related("current_revision", "tenant").order_by(
+        "tenant_id", "name"
     )
+    if tenant_ids is not None:
+        qs = qs.filter(tenant_id__in=tenant_ids)
+    return qs
 
 
 def skill_revision_list(*, skill: Skill) -> QuerySet[SkillRevision]:

@@ -51,27 +51,28 @@ def _check_list(
     what: str,
     limit: int,
     errors: dict[str, list[str]],
-) -> list[str]:
+) -> list[Any]:
+    """Check one list field; problems go to `errors` under `field` or `field.<index>`."""
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         errors[field] = [f"Expected a list of {what}s."]
         return []
     value = list(value)
-    problems: list[str] = []
     if len(value) > limit:
-        problems.append(f"At most {limit} {what}s per revision (got {len(value)}).")
+        errors[field] = [f"At most {limit} {what}s per revision (got {len(value)})."]
+        return value
     seen: set[str] = set()
     for index, item in enumerate(value):
         if not isinstance(item, str):
-            problems.append(f"Item {index}: expected a string.")
+            problem = "Expected a string."
         elif not pattern.fullmatch(item):
-            problems.append(f"Item {index}: {item[:300]!r} is not a valid {what}.")
+            problem = f"{item[:300]!r} is not a valid {what}."
         elif item in seen:
-            problems.append(f"Item {index}: {item!r} is listed twice.")
+            problem = f"{item!r} is listed twice."
         else:
             seen.add(item)
-    if problems:
-        errors[field] = problems
-    return list(value)
+            continue
+        errors[f"{field}.{index}"] = [problem]
+    return value
 
 
 def skill_content_validate(
@@ -107,7 +108,8 @@ def skill_content_validate(
         errors=errors,
     )
     if isinstance(name, str) and name in include_list:
-        errors.setdefault("includes", []).append("A skill cannot include itself.")
+        index = include_list.index(name)
+        errors[f"includes.{index}"] = ["A skill cannot include itself."]
     if errors:
         raise SkillInvalid("the skill is not valid", details=errors)
     return tool_list, include_list

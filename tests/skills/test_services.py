@@ -76,7 +76,7 @@ def test_new_revision_numbers_up_and_identical_content_writes_nothing(
         ("a/ok", ["gw__" + "t" * 129], [], "tools", "not a valid qualified tool name"),
         ("a/ok", ["__tool"], [], "tools", "not a valid qualified tool name"),
         ("a/ok", ["gw__a", "gw__a"], [], "tools", "listed twice"),
-        ("a/ok", [7], [], "tools", "expected a string"),
+        ("a/ok", [7], [], "tools", "Expected a string"),
         ("a/ok", "gw__a", [], "tools", "Expected a list"),
         ("a/ok", [], ["not a name"], "includes", "not a valid skill name"),
         ("a/ok", [], ["a/ok"], "includes", "cannot include itself"),
@@ -96,7 +96,13 @@ def test_invalid_content_is_rejected_and_nothing_written(
     with pytest.raises(SkillInvalid) as caught:
         skill_create(tenant=tenant, name=name, tools=tools, includes=includes)
     assert caught.value.status == 422
-    assert any(fragment in m for m in caught.value.details[field]), caught.value.details
+    details = caught.value.details
+    assert any(
+        fragment in message
+        for path, messages in details.items()
+        if path == field or path.startswith(f"{field}.")
+        for message in messages
+    ), details
     assert not Skill.objects.exists()
     assert not SkillRevision.objects.exists()
 
