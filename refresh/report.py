@@ -42,14 +42,14 @@ class ReportContext:
 def item_json(item: ItemChange) -> dict[str, Any]:
     return {
         "name": item.name,
-        "change": item.change.value,
+        "change": str(item.change),
         "changed_fields": list(item.changed_fields),
         "before": dict(item.before) if item.before is not None else None,
         "after": dict(item.after) if item.after is not None else None,
         "effect_hint": item.effect_hint,
         "effect": item.effect,
         "effect_after": item.effect_after,
-        "action": item.action.value,
+        "action": str(item.action),
         "requires_review": item.requires_review,
         "referenced_by": list(item.referenced_by),
     }
@@ -225,11 +225,11 @@ def render_report_text(report: Mapping[str, Any]) -> str:
     """A readable text rendering (CLI), through `templates/refresh/report.txt`."""
     from django.template.loader import render_to_string
 
-    order = {c.value: n for n, c in enumerate(Change)}
+    order = {str(c): n for n, c in enumerate(Change)}
     items = sorted(
         report.get("items", []), key=lambda i: (order.get(i["change"], 9), i["name"])
     )
-    shown = [i for i in items if i["change"] != Change.UNCHANGED.value]
+    shown = [i for i in items if i["change"] != str(Change.UNCHANGED)]
     width = max([len(i["name"]) for i in shown] + [4])
     rows = [
         {
@@ -248,7 +248,7 @@ def render_report_text(report: Mapping[str, Any]) -> str:
         {
             "report": report,
             "rows": rows,
-            "unchanged": sum(1 for i in items if i["change"] == Change.UNCHANGED.value),
+            "unchanged": sum(1 for i in items if i["change"] == str(Change.UNCHANGED)),
             "summary": report.get("summary", {}),
         },
     )

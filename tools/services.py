@@ -21,6 +21,7 @@ from django.utils import timezone
 from gateways.models import Gateway
 from refresh.diff import Action, CatalogDiff, Change, ItemChange, RowSnapshot
 from refresh.normalize import EntrySpec
+from tools.bulk import copy_insert
 from tools.models import (
     TOOL_LOCAL_FIELDS,
     TOOL_SERVER_FIELDS,
@@ -91,22 +92,22 @@ def catalog_apply(
     # instances at once.
     created = 0
     for chunk in _batches(added):
-        tools = Tool.objects.bulk_create(
-            [
-                Tool(
-                    gateway=gateway,
-                    name=item.name,
-                    spec_hash=offered[item.name].spec_hash,
-                    effect="write",
-                    gated=True,
-                    review_state=Tool.ReviewState.PENDING,
-                    current_revision=1,
-                    **_tool_fields(offered[item.name].spec),
-                )
-                for item in chunk
-            ]
-        )
-        ToolRevision.objects.bulk_create(
+        tools = [
+            Tool(
+                gateway=gateway,
+                name=item.name,
+                spec_hash=offered[item.name].spec_hash,
+                effect="write",
+                gated=True,
+                review_state=Tool.ReviewState.PENDING,
+                current_revision=1,
+                **_tool_fields(offered[item.name].spec),
+            )
+            for item in chunk
+        ]
+        copy_insert(Tool, tools)
+        copy_insert(
+            ToolRevision,
             [
                 ToolRevision(
                     tool_id=tool.pk,
@@ -117,7 +118,7 @@ def catalog_apply(
                     refresh_run_id=run_id,
                 )
                 for tool, item in zip(tools, chunk, strict=True)
-            ]
+            ],
         )
         created += len(tools)
 
@@ -136,7 +137,8 @@ def catalog_apply(
             ],
             now,
         )
-        ToolRevision.objects.bulk_create(
+        copy_insert(
+            ToolRevision,
             [
                 ToolRevision(
                     tool_id=item.row_id,
@@ -147,7 +149,7 @@ def catalog_apply(
                     refresh_run_id=run_id,
                 )
                 for item in chunk
-            ]
+            ],
         )
         revisions += len(chunk)
 

@@ -263,16 +263,13 @@ def test_exception_midway_through_apply_leaves_the_database_as_before(
     before = catalog_state()
     fake_probe.set_tools([tool("a", "changed"), tool("c")])
 
-    original = ToolRevision.objects.bulk_create
-
     def explode(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    # Tools are already created and updated when revisions are written.
-    monkeypatch.setattr(ToolRevision.objects, "bulk_create", explode)
-    with pytest.raises(RefreshError) as err:
+    # New tools are already inserted when existing ones are updated.
+    with monkeypatch.context() as patch, pytest.raises(RefreshError) as err:
+        patch.setattr("tools.services._update_tool_specs", explode)
         run(gateway, apply=True, deactivate_missing=True)
-    monkeypatch.setattr(ToolRevision.objects, "bulk_create", original)
     assert err.value.code == "refresh_failed" and err.value.run_id
     result = RefreshRun.objects.get(pk=err.value.run_id)
     assert result.status == "failed" and result.error_code == "apply_failed"
