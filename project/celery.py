@@ -61,6 +61,9 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
     from django.conf import settings
 
     every = settings.TOOLSYNC_SCHEDULE_SWEEP_SECONDS
+    # Checks fall due once per TOOLSYNC_HEALTH_CHECK_INTERVAL (60 s): a
+    # 5-second grid is precise enough and costs beat a fifth of the sends.
+    health_every = max(every, min(5, settings.TOOLSYNC_HEALTH_CHECK_INTERVAL))
     # A sweep that waited a few intervals is superseded by the next one, which
     # sees everything it would have: expiring keeps a stopped worker from
     # coming back to a pile of them. Not below 5 s: `expires` is an absolute
@@ -75,7 +78,7 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
         },
         "refresh.sweep_health_checks": {
             "task": "refresh.sweep_health_checks",
-            "schedule": float(every),
+            "schedule": float(health_every),
             "options": dict(options),
         },
     }
