@@ -22,7 +22,7 @@ from gateways.models import Gateway
 from refresh import hooks
 from refresh.diff import CatalogDiff, RowSnapshot, diff_catalog
 from refresh.exceptions import LeaseLost
-from refresh.lease import lease_holds, lease_release_in
+from refresh.lease import lease_holds
 from refresh.models import RefreshRun
 from refresh.normalize import Normalized
 from refresh.options import RefreshOptions
@@ -234,7 +234,6 @@ def finish_run(
     # Not refresh_from_db(): the report can be megabytes; we have every value.
     for name, value in final.items():
         setattr(run, name, value)
-    run.refresh_from_db(fields=["started_at", "lease_token"])
     return RunOutcome(run=run, diff=diff)
 
 
@@ -266,9 +265,21 @@ def _record_server_metadata(
 def close_gateway_run(
     gateway: Gateway, token: uuid.UUID, *, status: str, now: Any
 ) -> None:
-    """Inside the locked transaction: record the outcome, release, pick up a follow-up."""
-    lease_release_in(gateway, token)
-    updates: dict[str, Any] = {"last_refresh_at": now, "last_refresh_status": status}
+    """Inside the locked transaction: record the outcome, release, pick up a follow-up.
+
+    One UPDATE of the locked row. A run whose lease was taken over writes
+    nothing here: the run holding the lease now owns the row's outcome and
+    its follow-up flag.
+    """
+    if not lease_holds(gateway, token):
+        return
+    updates: dict[str, Any] = {
+        "last_refresh_at": now,
+        "last_refresh_status": status,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "lease_run_id": None,
+    }
     follow_up: RefreshRun | None = None
     if gateway.follow_up_requested:
         # The durable coalescing flag: a scheduled or event request arrived

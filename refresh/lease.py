@@ -39,6 +39,7 @@ class LeaseResult:
     holder_run_id: int | None = None
     claimed: bool = True
     coalesced: bool = False
+    started_at: datetime | None = None
 
 
 class _NotClaimed(Exception):
@@ -122,7 +123,7 @@ def lease_acquire(
                 raise _NotClaimed
     except _NotClaimed:
         return LeaseResult(acquired=False, claimed=False)
-    return LeaseResult(acquired=True, token=token, holder_run_id=run_id)
+    return LeaseResult(acquired=True, token=token, holder_run_id=run_id, started_at=now)
 
 
 def lease_holds(gateway: Gateway, token: uuid.UUID) -> bool:
@@ -137,14 +138,3 @@ def lease_release(*, gateway_id: int, token: uuid.UUID) -> bool:
         lease_token=None, lease_expires_at=None, lease_run_id=None
     )
     return bool(released)
-
-
-def lease_release_in(gateway: Gateway, token: uuid.UUID) -> None:
-    """Release inside an open transaction that already locked `gateway`."""
-    if gateway.lease_token == token:
-        Gateway.objects.filter(pk=gateway.pk, lease_token=token).update(
-            lease_token=None, lease_expires_at=None, lease_run_id=None
-        )
-        gateway.lease_token = None
-        gateway.lease_expires_at = None
-        gateway.lease_run_id = None
