@@ -3,6 +3,9 @@
 from django.contrib import admin
 from django.urls import path
 
+from refresh.metrics_view import metrics_view
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("metrics", metrics_view, name="metrics"),
 ]
