@@ -65,6 +65,9 @@ class Skill(models.Model):
     error = models.TextField(blank=True)
     missing = models.JSONField(default=list, blank=True)
     resolved_tools = models.JSONField(default=list, blank=True)
+    # Hash of (status, error, missing, resolved_tools): the registry compares
+    # it instead of loading the stored lists, and writes only on a change.
+    outcome_digest = models.CharField(max_length=32, blank=True, editable=False)
     status_changed_at = models.DateTimeField(null=True, blank=True)
     # The catalog refresh whose skills step last changed the outcome, if any.
     status_run = models.ForeignKey(

@@ -8,7 +8,7 @@ calls these, and writes the outcomes.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Longest list of missing tools spelled out in an error message; the full
 # list is kept beside it (`Outcome.missing`).
@@ -182,13 +182,42 @@ def reference_candidates(
     return found
 
 
-def judge(
-    flat: Flattened,
+@dataclass(frozen=True)
+class CatalogView:
+    """What the catalog says about each referenced name, worked out once per refresh.
+
+    `missing`: references absent from every gateway they can name, each of
+    which was last read completely (or that name no gateway at all).
+    `unsure`: references that depend on a gateway never read or last read
+    incompletely, with those gateways; present or not, they prove nothing.
+    """
+
+    missing: frozenset[str] = frozenset()
+    unsure: Mapping[str, tuple[GatewayState, ...]] = field(default_factory=dict)
+    unsure_names: frozenset[str] = frozenset()
+
+
+def catalog_view(
+    references: Iterable[str],
     *,
     candidates: Mapping[str, list[tuple[GatewayState, str]]],
     active: Collection[tuple[int, str]],
-) -> Outcome:
-    """Validate a flattened skill against the active tools.
+) -> CatalogView:
+    """Judge every distinct reference once against the active tools."""
+    missing: set[str] = set()
+    unsure: dict[str, tuple[GatewayState, ...]] = {}
+    for reference in references:
+        options = candidates.get(reference, [])
+        doubtful = tuple(g for g, _ in options if g.complete is not True)
+        if doubtful:
+            unsure[reference] = doubtful
+        elif not any((g.id, tool) in active for g, tool in options):
+            missing.add(reference)
+    return CatalogView(frozenset(missing), unsure, frozenset(unsure))
+
+
+def judge(flat: Flattened, view: CatalogView) -> Outcome:
+    """Validate a flattened skill against the catalog.
 
     `failed` when the include structure is broken or a reference is missing
     from a gateway whose last read was complete (or names no gateway);
@@ -197,17 +226,7 @@ def judge(
     absence proves anything there); otherwise `ok`.
     """
     resolved = tuple(sorted(flat.tools))
-    missing: list[str] = []
-    never_read: set[str] = set()
-    incomplete: set[str] = set()
-    for reference in resolved:
-        options = candidates.get(reference, [])
-        found = any((g.id, tool) in active for g, tool in options)
-        unsure = [g for g, _ in options if g.complete is not True]
-        for gateway in unsure:
-            (never_read if gateway.complete is None else incomplete).add(gateway.prefix)
-        if not found and not unsure:
-            missing.append(reference)
+    missing = sorted(flat.tools & view.missing)
     errors = list(flat.errors)
     if missing:
         shown = ", ".join(missing[:MESSAGE_NAMES])
@@ -217,7 +236,14 @@ def judge(
         )
     if errors:
         return Outcome(FAILED, "; ".join(errors), tuple(missing), resolved)
-    if never_read or incomplete:
+    doubtful = flat.tools & view.unsure_names
+    if doubtful:
+        never_read = {
+            g.prefix for r in doubtful for g in view.unsure[r] if g.complete is None
+        }
+        incomplete = {
+            g.prefix for r in doubtful for g in view.unsure[r] if g.complete is False
+        }
         reasons = [
             f"gateway {prefix} has never been read" for prefix in sorted(never_read)
         ] + [

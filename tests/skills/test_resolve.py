@@ -10,6 +10,7 @@ from skills.resolve import (
     Flattened,
     GatewayState,
     SkillNode,
+    catalog_view,
     flatten,
     judge,
     reference_candidates,
@@ -97,7 +98,8 @@ GATEWAYS = {g.prefix: g for g in (GW, PARTIAL, NEVER)}
 def verdict(tools, active, errors=()):
     flat = Flattened(frozenset(tools), tuple(errors))
     candidates = {t: reference_candidates(t, GATEWAYS, "__") for t in tools}
-    return judge(flat, candidates=candidates, active=active)
+    view = catalog_view(tools, candidates=candidates, active=active)
+    return judge(flat, view)
 
 
 def test_judge_all_found_is_ok():
