@@ -28,6 +28,7 @@ from skills import selectors
 from skills.exceptions import SkillInvalid
 from skills.models import SKILL_NAME_PATTERN, Skill, SkillReference, SkillRevision
 from skills.registry import SkillRefreshResult, SkillRegistry
+from tools.models import Tool
 
 logger = logging.getLogger("toolsync.skills")
 
@@ -301,3 +302,35 @@ def skills_refresh_for_gateway(
         section["error"] = f"the skills could not be refreshed: {type(exc).__name__}"
         return section
     return result.to_dict()
+
+
+DEMO_SKILL = "demo/starter"
+
+
+def demo_skill_ensure(*, gateway: Gateway) -> Skill | None:
+    """The demo's skill (`make run`): two of the gateway's active tools, created once.
+
+    Returns the existing skill if there is one, None when the gateway has
+    fewer than two active tools.
+    """
+    existing = Skill.objects.filter(
+        tenant_id=gateway.tenant_id, name=DEMO_SKILL
+    ).first()
+    if existing is not None:
+        return existing
+    names = list(
+        Tool.objects.filter(gateway=gateway, active=True)
+        .order_by("name")
+        .values_list("name", flat=True)[:2]
+    )
+    if len(names) < 2:
+        return None
+    try:
+        return skill_create(
+            tenant=gateway.tenant,
+            name=DEMO_SKILL,
+            tools=[selectors.qualified_tool_name(gateway.prefix, n) for n in names],
+        )
+    except SkillInvalid:
+        # Created meanwhile by another process: use theirs.
+        return Skill.objects.get(tenant_id=gateway.tenant_id, name=DEMO_SKILL)

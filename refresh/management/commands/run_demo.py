@@ -100,6 +100,7 @@ class Command(BaseCommand):
                 options=RefreshOptions(apply=True),
             )
             self.stdout.write(render_report_text(run.report))
+            self._demo_skill(gateway)
             if opts["no_serve"]:
                 return
             for name, argv in background_processes(python, opts["web_port"]):
@@ -149,6 +150,19 @@ class Command(BaseCommand):
             gateway.url = url
             gateway.save(update_fields=["url", "updated_at"])
         return gateway
+
+    def _demo_skill(self, gateway: Gateway) -> None:
+        from skills.services import demo_skill_ensure
+
+        skill = demo_skill_ensure(gateway=gateway)
+        if skill is not None and skill.current_revision is not None:
+            self.stdout.write(
+                f"Demo skill {skill.name} names "
+                f"{', '.join(skill.current_revision.tools)} (status: {skill.status}). "
+                "Remove one from the demo server and refresh: the preview names "
+                f"{skill.name}@{skill.revision_number}, and applying with "
+                "deactivate_missing fails the skill."
+            )
 
     def _spawn(self, name: str, argv: list[str], var: Path) -> subprocess.Popen[bytes]:
         log = open(var / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
