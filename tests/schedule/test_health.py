@@ -256,7 +256,7 @@ def test_a_health_check_completes_while_a_slow_refresh_holds_the_lease(
         prefix="slow",
         url=server.url,
     )
-    server.fault("slow", page=1, seconds=8, times=1)
+    server.fault("slow", page=0, seconds=8, times=1)
     refresh = threading.Thread(
         target=lambda: (
             refresh_request(gateway_id=gateway.pk, trigger="schedule"),
