@@ -1,0 +1,96 @@
+"""The skills admin in a real browser (Chromium through Playwright)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from skills.models import Skill
+from tests import factories
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PASSWORD = "browser-pw-123"
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(CHROMIUM is None, reason="needs a Chromium binary"),
+]
+
+
+@pytest.fixture
+def page(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    # Playwright's sync API runs an event loop in this thread; the ORM calls
+    # the test makes between page actions are still plain synchronous ones.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = browser.new_context(base_url=live_server.url)
+        tab = context.new_page()
+        tab.set_default_timeout(15_000)
+        yield tab
+        browser.close()
+
+
+def tenant_admin(tenant: Any, username: str = "skiller") -> Any:
+    user = factories.UserFactory(username=username, is_staff=True, password=PASSWORD)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="skills")
+    )
+    factories.MembershipFactory(user=user, tenant=tenant, role="admin")
+    return user
+
+
+def log_in(page: Any, username: str) -> None:
+    page.goto("/admin/login/?next=/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+
+
+def test_create_see_failure_fix_and_see_revisions(page, tenant, catalog):
+    catalog("gw", ["search", "fetch"])
+    factories.TenantFactory(slug="not-mine")
+    tenant_admin(tenant)
+    log_in(page, "skiller")
+
+    page.goto("/admin/skills/skill/add/")
+    # Only the tenant the user administers is offered.
+    options = page.locator("#id_tenant option").all_inner_texts()
+    assert [o for o in options if o.strip("-")] == [tenant.slug]
+    page.select_option("#id_tenant", label=tenant.slug)
+    page.fill("#id_name", "web/research")
+    page.fill("#id_tools", "gw__search\ngw__vanished")
+    page.click("input[name=_continue]")
+
+    page.wait_for_selector(".sk-badge.sk-failed")
+    assert page.locator(".sk-missing").all_inner_texts() == ["gw__vanished"]
+    assert "missing tools: gw__vanished" in page.content()
+
+    page.fill("#id_tools", "gw__search\ngw__fetch")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".sk-badge.sk-ok")
+    inline = page.locator("#revisions-group").inner_text()
+    assert "gw__fetch" in inline and "gw__vanished" in inline  # both revisions
+    skill = Skill.objects.get(name="web/research")
+    assert skill.revision_number == 2 and skill.status == "ok"
+
+
+def test_a_bad_line_is_shown_on_the_form(page, tenant, catalog):
+    catalog("gw", ["search"])
+    tenant_admin(tenant)
+    log_in(page, "skiller")
+    page.goto("/admin/skills/skill/add/")
+    page.select_option("#id_tenant", label=tenant.slug)
+    page.fill("#id_name", "web/bad")
+    page.fill("#id_tools", "gw__search\nnot a tool")
+    page.click("input[name=_save]")
+    page.wait_for_selector(".errorlist")
+    assert "line 2:" in page.locator(".errorlist").first.inner_text()
+    assert not Skill.objects.filter(name="web/bad").exists()
