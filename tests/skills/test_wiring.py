@@ -195,3 +195,30 @@ def test_a_failing_skills_step_leaves_the_catalog_apply_intact(
     assert not Tool.objects.get(gateway=gateway, name=names[0]).active
     assert run.report["skills"]["error"].startswith("the skills could not be refreshed")
     assert Skill.objects.get(name="team/one").status == "ok"
+
+
+def test_the_cli_text_report_shows_the_skills_section():
+    from refresh.report import render_report_text
+
+    text = render_report_text(
+        {
+            "prefix": "srv",
+            "source": "http://x",
+            "run_id": 1,
+            "trigger": "cli",
+            "duration_ms": 5,
+            "items": [],
+            "summary": {},
+            "applied": True,
+            "complete": True,
+            "note": "Applied.",
+            "skills": {
+                "summary": "refreshed: 1, failed: 1, skipped: 0",
+                "refreshed": ["a/ok"],
+                "failed": {"a/bad": "missing tools: srv__x"},
+                "skipped": [],
+            },
+        }
+    )
+    assert "Skills: refreshed: 1, failed: 1, skipped: 0\n" in text
+    assert "  failed a/bad: missing tools: srv__x\n" in text
