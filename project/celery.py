@@ -20,6 +20,7 @@ Serialisation, acknowledgement and time limits come from Django settings
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,22 @@ def _child_started(**_: Any) -> None:
     from refresh import metrics
 
     metrics.compact_dead_processes()
+
+
+class _QuietSweeps(logging.Filter):
+    """Drop Celery's per-task INFO lines for the sweeps (two a second, every second).
+
+    A sweep that did something logs its own summary (`toolsync.schedule`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        return "refresh.sweep_" not in record.getMessage()
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _quiet_sweeps(logger: logging.Logger, **_: Any) -> None:
+    for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat"):
+        logging.getLogger(name).addFilter(_QuietSweeps())

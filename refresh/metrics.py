@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import glob
 import json
 import logging
 import os
@@ -330,13 +329,21 @@ def ensure_multiprocess_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def wipe_multiprocess_dir(path: str | None = None) -> None:
-    """Remove every sample file: only at a machine-wide start (`make run`)."""
+    """Remove the sample files of every process that is gone (`make run` start).
+
+    Files of live processes, this one included, stay: prometheus_client
+    keeps them memory-mapped, and writes to a deleted file would be lost.
+    """
     path = path or multiprocess_dir()
     if path is None:
         return
-    for name in glob.glob(os.path.join(path, "*.db")):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(name)
+    for name in os.listdir(path):
+        match = _FILE.match(name)
+        if match is not None and _alive(int(match["pid"])):
+            continue
+        if name.endswith(".db"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(path, name))
 
 
 def start_exporter(port: int, addr: str = "127.0.0.1") -> None:

@@ -260,3 +260,14 @@ def test_files_of_live_processes_are_left_alone(tmp_path):
     finally:
         live.stdin.close()
         live.wait(timeout=10)
+
+
+def test_wiping_at_start_keeps_live_processes_files(tmp_path):
+    dead = _child(tmp_path, "metrics.notification_received('tools')")
+    (tmp_path / "counter_archive.db").write_bytes(b"")
+    mine = tmp_path / f"counter_{os.getpid()}.db"
+    mine.write_bytes(b"")
+    metrics.wipe_multiprocess_dir(str(tmp_path))
+    assert not (tmp_path / f"counter_{dead}.db").exists()
+    assert not (tmp_path / "counter_archive.db").exists()
+    assert mine.exists()

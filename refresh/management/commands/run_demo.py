@@ -24,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from gateways.models import Gateway, Role
 from gateways.services import gateway_create, membership_set, tenant_get_or_create
+from refresh.metrics import wipe_multiprocess_dir
 from refresh.models import RefreshRun
 from refresh.options import RefreshOptions
 from refresh.report import render_report_text
@@ -41,11 +42,24 @@ def background_processes(python: str, web_port: int) -> list[tuple[str, list[str
             "web",
             [python, "manage.py", "runserver", f"127.0.0.1:{web_port}", "--noreload"],
         ),
+        # One worker for all three queues (refresh, health, schedule) and
+        # beat's database scheduler, over the embedded filesystem broker.
         (
             "worker",
-            [celery, "-A", "project", "worker", "-l", "warning", "--concurrency", "2"],
+            [
+                celery,
+                *"-A project worker -l info -Q refresh,health,schedule".split(),
+                *"--concurrency 2 -n demo@%h".split(),
+            ],
         ),
-        ("beat", [celery, "-A", "project", "beat", "-l", "warning"]),
+        (
+            "beat",
+            [
+                celery,
+                *"-A project beat -l info --pidfile".split(),
+                str(Path(settings.VAR_DIR) / "beat.pid"),
+            ],
+        ),
     ]
 
 
@@ -64,6 +78,9 @@ class Command(BaseCommand):
         var = Path(settings.VAR_DIR)
         var.mkdir(parents=True, exist_ok=True)
         call_command("migrate", verbosity=0)
+        # Every process of this machine starts afresh: samples of a previous
+        # demo's processes would otherwise be summed into /metrics.
+        wipe_multiprocess_dir()
         self._admin_login()
         children: list[tuple[str, subprocess.Popen[bytes]]] = []
         python = sys.executable
