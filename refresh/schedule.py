@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -206,7 +206,7 @@ def _sweep_batch(now: datetime, batch_size: int, result: SweepResult) -> int:
                         gateway_id=gateway.pk, trigger=Trigger.SCHEDULE, options=options
                     )
                 )
-        Gateway.objects.bulk_update(due, ["next_refresh_at"])
+        _set_next_refresh(due)
         for run in RefreshRun.objects.bulk_create(runs):
             if run.status == Status.SKIPPED:
                 skipped.append(run)
@@ -224,6 +224,23 @@ def _sweep_batch(now: datetime, batch_size: int, result: SweepResult) -> int:
     for run in skipped:
         log_run(run)
     return len(due)
+
+
+def _set_next_refresh(gateways: list[Gateway]) -> None:
+    """Write each claimed gateway's new due time in one statement."""
+    if connection.vendor == "postgresql":
+        # bulk_update builds a CASE arm per row (~0.7 ms of Python each);
+        # one UPDATE ... FROM unnest() carries the same values as two arrays.
+        table = connection.ops.quote_name(Gateway._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS g SET next_refresh_at = v.due "
+                "FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(id, due) "
+                "WHERE g.id = v.id",
+                [[g.pk for g in gateways], [g.next_refresh_at for g in gateways]],
+            )
+        return
+    Gateway.objects.bulk_update(gateways, ["next_refresh_at"])
 
 
 def enqueue_runs(run_ids: list[int]) -> None:
