@@ -12,13 +12,15 @@ message this module produces is scrubbed of them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -37,6 +39,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CLIENT_INFO = types.Implementation(name="toolsync", version="1.0")
 ERA_LEGACY = "legacy"
@@ -171,6 +174,21 @@ _LIST_METHODS: dict[str, tuple[str, str]] = {
 }
 
 
+def run_sync(coroutine_fn: Callable[[], Awaitable[T]]) -> T:
+    """Run `coroutine_fn` to its end on an event loop of its own.
+
+    Synchronous callers may sit in a thread whose event loop is already running
+    (Playwright's sync API in a test, an async Django view): `anyio.run` refuses
+    that, so the probe then gets a short-lived thread of its own.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(coroutine_fn)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
+        return pool.submit(anyio.run, coroutine_fn).result()
+
+
 def probe_gateway(
     target: ProbeTarget,
     limits: ProbeLimits = ProbeLimits(),
@@ -179,7 +197,7 @@ def probe_gateway(
     include_resources: bool = False,
 ) -> ProbeResult:
     """Synchronous wrapper around `probe_gateway_async` (own event loop)."""
-    return anyio.run(
+    return run_sync(
         partial(
             probe_gateway_async,
             target,
@@ -482,7 +500,7 @@ def check_liveness(target: ProbeTarget, timeout: float) -> Liveness:
     falling back to the handshake). Lists nothing, so it costs one or two
     round trips.
     """
-    return anyio.run(partial(check_liveness_async, target, timeout))
+    return run_sync(partial(check_liveness_async, target, timeout))
 
 
 async def check_liveness_async(target: ProbeTarget, timeout: float) -> Liveness:

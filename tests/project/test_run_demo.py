@@ -25,7 +25,14 @@ def test_run_demo_sets_up_refreshes_and_prints_the_report(tmp_path):
         "CELERY_BROKER_URL": "filesystem://",
     }
     result = subprocess.run(
-        [sys.executable, "manage.py", "run_demo", "--no-serve", "--mcp-port", str(free_port())],
+        [
+            sys.executable,
+            "manage.py",
+            "run_demo",
+            "--no-serve",
+            "--mcp-port",
+            str(free_port()),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
