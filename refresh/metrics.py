@@ -354,4 +354,8 @@ def start_exporter(port: int, addr: str = "127.0.0.1") -> None:
     registry = CollectorRegistry(auto_describe=False)
     if path is not None:
         MultiProcessCollector(registry, path=path)
-    start_http_server(port, addr=addr, registry=registry)
+    try:
+        start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        # Another worker of this machine serves the same directory already.
+        logger.warning("metrics exporter not started on %s:%s: %s", addr, port, exc)

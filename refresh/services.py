@@ -195,6 +195,11 @@ def refresh_run_execute(
             "coalesced",
         )
     assert lease.token is not None
+    run.status, run.started_at, run.lease_token = (
+        Status.RUNNING,
+        lease.started_at,
+        lease.token,
+    )
     secrets = gateway_secret_values(gateway) + (
         [probe_credential] if probe_credential else []
     )
@@ -304,7 +309,6 @@ def _mark_failed(run: RefreshRun, reason: str, code: str) -> RefreshRun:
 
 
 def _duration_ms(run: RefreshRun, now: Any) -> int | None:
-    run.refresh_from_db(fields=["started_at"])
     if run.started_at is None:
         return None
     return int((now - run.started_at).total_seconds() * 1000)
