@@ -178,3 +178,106 @@ def gateway_secret_values(gateway: Gateway) -> list[str]:
         return []
     values = [stored.get("token", "")] + list(stored.get("headers", {}).values())
     return [v for v in values if v]
+
+
+class GatewayInUse(Exception):
+    """A gateway cannot be deleted: its catalog is history, or a refresh runs."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# Fields `gateway_update` may change; tenant and prefix are fixed at creation
+# (tools' qualified names and skills' references are built from the prefix).
+GATEWAY_UPDATABLE_FIELDS = (
+    "name",
+    "transport",
+    "url",
+    "command",
+    "args",
+    "env",
+    "enabled",
+    "refresh_interval",
+    "auto_apply",
+    "deactivate_missing",
+    "reactivate_returning",
+    "apply_effect",
+    "include_prompts",
+    "include_resources",
+)
+
+
+def gateway_update(
+    *,
+    gateway: Gateway,
+    fields: Mapping[str, Any],
+    auth_type: str | None = None,
+    auth_token: str | None = None,
+    auth_headers: Mapping[str, str] | None = None,
+) -> Gateway:
+    """Change a gateway's target, policy or credentials; validates before writing.
+
+    Credentials change only when `auth_type`, `auth_token` or `auth_headers`
+    is given: a new secret for the current auth type, or a new auth type with
+    its secret (`none` / `as_caller` clear the stored one).
+    """
+    foreign = sorted(set(fields) - set(GATEWAY_UPDATABLE_FIELDS))
+    if foreign:
+        raise GatewayConfigError(
+            f"these gateway fields cannot be changed: {', '.join(foreign)}",
+            code="not_updatable",
+        )
+    with transaction.atomic():
+        # Lock the row: a refresh finishing now writes health and metadata to
+        # it, and a plain save() of a stale copy would undo those writes.
+        locked = Gateway.objects.select_for_update().get(pk=gateway.pk)
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        update_fields = [*fields, "updated_at"]
+        if auth_type is not None or auth_token is not None or auth_headers is not None:
+            gateway_set_credentials(
+                gateway=locked,
+                auth_type=auth_type or locked.auth_type,
+                auth_token=auth_token,
+                auth_headers=auth_headers,
+                save=False,
+            )
+            update_fields += ["auth_type", "credentials_encrypted"]
+        locked.full_clean()
+        locked.save(update_fields=update_fields)
+    return locked
+
+
+def gateway_delete(*, gateway: Gateway) -> None:
+    """Delete a gateway that has no catalog rows and no refresh running.
+
+    Tools, revisions, prompts and resources are history: a gateway that has
+    any is never deleted (disable it instead), so nothing is lost silently.
+    """
+    from refresh.models import RefreshRun
+    from tools.models import Prompt, Resource, Tool
+
+    with transaction.atomic():
+        # Lock the row: an apply that creates tools holds this lock too, so
+        # either it lands first (and we refuse) or it runs after the delete.
+        locked = Gateway.objects.select_for_update().get(pk=gateway.pk)
+        if (
+            Tool.objects.filter(gateway=locked).exists()
+            or Prompt.objects.filter(gateway=locked).exists()
+            or Resource.objects.filter(gateway=locked).exists()
+        ):
+            raise GatewayInUse(
+                "the gateway has catalog rows (tools, revisions, prompts or "
+                "resources), which are kept as history; disable it with "
+                '{"enabled": false} instead',
+                code="gateway_has_catalog",
+            )
+        if RefreshRun.objects.filter(
+            gateway=locked, status=RefreshRun.Status.RUNNING
+        ).exists():
+            raise GatewayInUse(
+                "a refresh of this gateway is running; try again when it ends",
+                code="refresh_in_progress",
+            )
+        locked.delete()

@@ -7,6 +7,7 @@ of `make run`; production and the test suite use PostgreSQL.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -254,5 +255,78 @@ LOGGING = {
         "httpx2": {"level": "WARNING"},
         "httpcore2": {"level": "WARNING"},
         "mcp": {"level": "WARNING"},
+    },
+}
+
+# ---------------------------------------------------------------------------
+# HTTP API (SPEC 6): DRF, knox tokens, the error envelope, OpenAPI
+# ---------------------------------------------------------------------------
+
+INSTALLED_APPS += ["drf_standardized_errors", "drf_spectacular_sidecar"]
+REST_FRAMEWORK = {
+    # Bearer first: its `WWW-Authenticate` makes anonymous calls answer 401.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "project.api.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "project.api.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "project.api.schema.AutoSchema",
+    "EXCEPTION_HANDLER": "drf_standardized_errors.handler.exception_handler",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+DRF_STANDARDIZED_ERRORS = {
+    "EXCEPTION_HANDLER_CLASS": "project.api.errors.EnvelopeExceptionHandler",
+    "EXCEPTION_FORMATTER_CLASS": "project.api.errors.EnvelopeFormatter",
+    # 5xx answer the envelope in DEBUG too; the traceback still goes to the log.
+    "ENABLE_IN_DEBUG_FOR_UNHANDLED_EXCEPTIONS": True,
+}
+# API tokens live this many days (0 = no expiry); `create_api_token --days`.
+TOOLSYNC_API_TOKEN_TTL_DAYS = env.int("TOOLSYNC_API_TOKEN_TTL_DAYS", default=90)
+if TOOLSYNC_API_TOKEN_TTL_DAYS < 0:
+    raise ImproperlyConfigured("TOOLSYNC_API_TOKEN_TTL_DAYS must be >= 0")
+REST_KNOX = {
+    "AUTH_HEADER_PREFIX": "Bearer",
+    # A recognisable prefix lets secret scanners spot leaked tokens.
+    "TOKEN_PREFIX": "tsk_",
+    "TOKEN_TTL": (
+        timedelta(days=TOOLSYNC_API_TOKEN_TTL_DAYS)
+        if TOOLSYNC_API_TOKEN_TTL_DAYS
+        else None
+    ),
+    "AUTO_REFRESH": False,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Toolsync API",
+    "DESCRIPTION": (
+        "Keep a registry of remote MCP servers (gateways) and their tools in step "
+        "with what each server really offers (SPEC 6). Authenticate with "
+        "`Authorization: Bearer <token>` (`manage.py create_api_token`). Every "
+        'failure answers `{"error": {"code", "message", "details"}}`; validation '
+        "failures and unknown request fields answer 422 with field paths in "
+        "`details.errors`. Another tenant's object answers 404."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "GatewayTransportEnum": "gateways.models.Gateway.Transport",
+        "GatewayAuthTypeEnum": "gateways.models.Gateway.AuthType",
+        "GatewayHealthEnum": "gateways.models.Gateway.Health",
+        "RefreshTriggerEnum": "refresh.models.RefreshRun.Trigger",
+        "RefreshStatusEnum": "refresh.models.RefreshRun.Status",
+        "ToolReviewStateEnum": "tools.models.Tool.ReviewState",
     },
 }
