@@ -94,3 +94,57 @@ def test_a_bad_line_is_shown_on_the_form(page, tenant, catalog):
     page.wait_for_selector(".errorlist")
     assert "line 2:" in page.locator(".errorlist").first.inner_text()
     assert not Skill.objects.filter(name="web/bad").exists()
+
+
+def test_preview_names_the_revisions_then_apply_fails_the_skill(
+    page, tenant, mcp_server_factory
+):
+    """Issue 7's "done when", end to end through the gateway's Refresh pages."""
+    from gateways.services import gateway_create
+    from refresh.models import RefreshRun
+    from refresh.options import RefreshOptions
+    from refresh.services import refresh_gateway
+    from skills.services import skill_create, skill_revision_create
+    from tools.models import Tool
+
+    server = mcp_server_factory(tools=5)
+    gateway = gateway_create(tenant=tenant, name="Demo", prefix="demo", url=server.url)
+    refresh_gateway(
+        gateway=gateway,
+        trigger=RefreshRun.Trigger.CLI,
+        options=RefreshOptions(apply=True),
+    )
+    first, second, third = sorted(
+        Tool.objects.filter(gateway=gateway).values_list("name", flat=True)
+    )[:3]
+    skill = skill_create(
+        tenant=tenant, name="demo/triage", tools=[f"demo__{first}", f"demo__{second}"]
+    )
+    skill_revision_create(skill=skill, tools=[f"demo__{first}", f"demo__{third}"])
+    server.remove_tools([first])
+    user = tenant_admin(tenant)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="gateways",
+            codename__in=["view_gateway", "change_gateway", "refresh_gateway"],
+        )
+    )
+    log_in(page, "skiller")
+
+    page.goto(f"/admin/gateways/gateway/{gateway.pk}/refresh/")
+    page.locator("form[method=post] [type=submit]").first.click()
+    page.wait_for_url(f"**/admin/gateways/gateway/{gateway.pk}/refresh/*/")
+    preview = page.content()
+    assert "demo/triage@1" in preview and "demo/triage@2" in preview
+    assert Skill.objects.get(name="demo/triage").status == "ok"  # nothing applied yet
+
+    page.check("input[name=deactivate_missing]")
+    page.locator(
+        "form[method=post] [type=submit][name=apply], "
+        "form[method=post] button[name=apply]"
+    ).first.click()
+    page.wait_for_load_state()
+    skill.refresh_from_db()
+    assert (skill.status, skill.missing) == ("failed", [f"demo__{first}"])
+    page.goto(f"/admin/skills/skill/{skill.pk}/change/")
+    assert page.locator(".sk-missing").all_inner_texts() == [f"demo__{first}"]

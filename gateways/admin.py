@@ -1,0 +1,525 @@
+"""Admin for tenants, memberships and gateways, with the Refresh button.
+
+Thin: the refresh pages are in `refresh.admin_views`, scoping in
+`gateways.admin_scope`, and every write goes through a service.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import models, transaction
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce, JSONObject
+from django.http import HttpRequest
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from gateways.admin_scope import REFRESH_PERMISSION, TenantScopedAdmin, can_refresh
+from gateways.models import ROLE_RANK, Gateway, Membership, Tenant
+from gateways.services import GatewayConfigError, gateway_set_credentials
+from refresh import admin_views, hooks
+from refresh.models import RefreshRun
+from refresh.options import RefreshOptions
+from refresh.presentation import counts_text, run_outcome
+from refresh.schedule import gateway_reschedule
+from refresh.services import refresh_run_create
+from tools.models import Tool
+
+HEALTH_TONES = {
+    Gateway.Health.HEALTHY: "ok",
+    Gateway.Health.UNREACHABLE: "bad",
+    Gateway.Health.UNKNOWN: "muted",
+}
+
+
+@admin.register(Tenant)
+class TenantAdmin(TenantScopedAdmin):
+    tenant_path = "id"
+    list_display = ("slug", "name", "created_at")
+    search_fields = ("slug", "name")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # A tenant admin cannot mint new tenants; only superusers can.
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+
+class MembershipForm(forms.ModelForm):
+    class Meta:
+        model = Membership
+        fields = ("user", "tenant", "role")
+
+    def __init__(self, *args: Any, request_user: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.request_user = request_user
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        user = self.request_user
+        tenant, role = data.get("tenant"), data.get("role")
+        if user is None or user.is_superuser or tenant is None or role is None:
+            return data
+        # Nobody grants more than they hold: an admin cannot mint owners.
+        mine = (
+            Membership.objects.filter(user=user, tenant=tenant)
+            .values_list("role", flat=True)
+            .first()
+        )
+        if mine is None or ROLE_RANK[role] > ROLE_RANK[mine]:
+            raise forms.ValidationError(
+                "You cannot grant a role above your own in this tenant."
+            )
+        return data
+
+
+@admin.register(Membership)
+class MembershipAdmin(TenantScopedAdmin):
+    form = MembershipForm
+    list_display = ("user", "tenant", "role", "created_at")
+    list_filter = ("role", ("tenant", admin.RelatedOnlyFieldListFilter))
+    search_fields = ("user__username", "tenant__slug")
+    list_select_related = ("user", "tenant")
+    raw_id_fields = ("user",)
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        base = super().get_form(request, obj, change, **kwargs)
+
+        class ScopedForm(base):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kw: Any) -> None:
+                super().__init__(*args, request_user=request.user, **kw)
+
+        return ScopedForm
+
+
+class GatewayForm(forms.ModelForm):
+    """The gateway fields plus write-only credentials (never rendered back)."""
+
+    auth_token = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Bearer gateways: the token. Write-only; leave empty to keep the "
+        "stored one.",
+    )
+    auth_headers = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text='Custom-header gateways: a JSON object such as {"X-Api-Key": "…"}. '
+        "Write-only; leave empty to keep the stored headers.",
+    )
+
+    class Meta:
+        model = Gateway
+        fields = (
+            "tenant",
+            "name",
+            "prefix",
+            "enabled",
+            "transport",
+            "url",
+            "command",
+            "args",
+            "env",
+            "auth_type",
+            "refresh_interval",
+            "auto_apply",
+            "deactivate_missing",
+            "reactivate_returning",
+            "apply_effect",
+            "include_prompts",
+            "include_resources",
+        )
+
+    def clean_auth_headers(self) -> dict[str, str] | None:
+        raw = self.cleaned_data.get("auth_headers") or ""
+        if not raw.strip():
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise forms.ValidationError(
+                "Enter a JSON object of header names to values."
+            ) from None
+        if not isinstance(value, dict) or not value:
+            raise forms.ValidationError(
+                "Enter a JSON object of header names to values."
+            )
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise forms.ValidationError("Header names and values must be strings.")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        auth_type = data.get("auth_type")
+        switching = auth_type != self.initial.get("auth_type") or not self.instance.pk
+        missing = {
+            Gateway.AuthType.BEARER: ("auth_token", "A bearer gateway needs a token."),
+            Gateway.AuthType.HEADERS: ("auth_headers", "Enter the headers to send."),
+        }.get(auth_type)
+        if missing and switching and not data.get(missing[0]):
+            self.add_error(missing[0], missing[1])
+        return data
+
+
+@admin.register(Gateway)
+class GatewayAdmin(TenantScopedAdmin):
+    """Gateways: health, last refresh and schedule at a glance; Refresh on each page."""
+
+    form = GatewayForm
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    list_display = (
+        "prefix",
+        "name",
+        "tenant",
+        "enabled",
+        "health_badge",
+        "last_refresh",
+        "tool_count",
+        "next_refresh",
+        "refresh_interval",
+    )
+    list_display_links = ("prefix", "name")
+    list_editable = ("refresh_interval",)
+    list_filter = (
+        "health",
+        "enabled",
+        "transport",
+        ("tenant", admin.RelatedOnlyFieldListFilter),
+    )
+    search_fields = ("prefix", "name", "url")
+    list_select_related = ("tenant",)
+    actions = ["refresh_selected"]
+    readonly_fields = (
+        "health",
+        "consecutive_failures",
+        "last_health_check_at",
+        "health_reason",
+        "protocol_version",
+        "protocol_era",
+        "capabilities_display",
+        "server_info_display",
+        "last_refresh_at",
+        "last_refresh_status",
+        "last_catalog_complete",
+        "next_refresh_at",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("tenant", "name", "prefix", "enabled")}),
+        (
+            "Connection",
+            {
+                "fields": (
+                    "transport",
+                    "url",
+                    "command",
+                    "args",
+                    "env",
+                    "auth_type",
+                    "auth_token",
+                    "auth_headers",
+                )
+            },
+        ),
+        (
+            "Refresh policy (scheduled and event-driven runs)",
+            {
+                "fields": (
+                    "refresh_interval",
+                    "auto_apply",
+                    "deactivate_missing",
+                    "reactivate_returning",
+                    "apply_effect",
+                    "include_prompts",
+                    "include_resources",
+                    "next_refresh_at",
+                )
+            },
+        ),
+        (
+            "State",
+            {
+                "fields": (
+                    "health",
+                    "consecutive_failures",
+                    "last_health_check_at",
+                    "health_reason",
+                    "last_refresh_at",
+                    "last_refresh_status",
+                    "last_catalog_complete",
+                )
+            },
+        ),
+        (
+            "What the server said",
+            {
+                "classes": ("collapse",),
+                "fields": (
+                    "protocol_version",
+                    "protocol_era",
+                    "capabilities_display",
+                    "server_info_display",
+                    "created_at",
+                    "updated_at",
+                ),
+            },
+        ),
+    )
+
+    # -- queryset and permissions ------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Gateway]:
+        # One query for the whole page: counts and the last finished run come
+        # from correlated subqueries (indexed), not one query per row.
+        tools = (
+            Tool.objects.filter(gateway=OuterRef("pk"), active=True)
+            .order_by()
+            .values("gateway")
+            .annotate(n=Count("*"))
+            .values("n")
+        )
+        last_run = (
+            RefreshRun.objects.filter(
+                gateway=OuterRef("pk"),
+                status__in=[RefreshRun.Status.SUCCEEDED, RefreshRun.Status.FAILED],
+            )
+            .order_by("-finished_at", "-id")
+            .values(
+                data=JSONObject(
+                    id="id",
+                    status="status",
+                    applied="applied",
+                    complete="complete",
+                    summary="summary",
+                    trigger="trigger",
+                )
+            )[:1]
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                active_tools=Coalesce(
+                    Subquery(tools, output_field=IntegerField()), Value(0)
+                ),
+                last_run=Subquery(last_run),
+            )
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            # SPEC 2: a stdio command runs on our machines; superusers only.
+            fields += ["command", "args", "env"]
+        return fields
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        if not request.user.is_superuser and "transport" in form.base_fields:
+            field = form.base_fields["transport"]
+            field.choices = [
+                c for c in field.choices if c[0] != Gateway.Transport.STDIO
+            ]
+        return form
+
+    def has_refresh_permission(self, request: HttpRequest) -> bool:
+        user = request.user
+        return user.is_superuser or user.has_perm(REFRESH_PERMISSION)
+
+    # -- saving -----------------------------------------------------------------
+
+    def save_model(
+        self, request: HttpRequest, obj: Gateway, form: Any, change: bool
+    ) -> None:
+        data = form.cleaned_data
+        token, headers = data.get("auth_token"), data.get("auth_headers")
+        auth_changed = "auth_type" in form.changed_data
+        if token or headers or auth_changed:
+            try:
+                gateway_set_credentials(
+                    gateway=obj,
+                    auth_type=obj.auth_type,
+                    auth_token=token or None,
+                    auth_headers=headers,
+                    save=False,
+                )
+            except GatewayConfigError as exc:
+                # The form checked this; a race with another edit can still land here.
+                messages.error(request, f"Credentials not changed: {exc}")
+        super().save_model(request, obj, form, change)
+        if not change or {"refresh_interval", "enabled"} & set(form.changed_data):
+            gateway_reschedule(gateway=obj)
+
+    # -- list columns ---------------------------------------------------------------
+
+    @admin.display(description="Health", ordering="health")
+    def health_badge(self, obj: Gateway) -> str:
+        tone = HEALTH_TONES.get(obj.health, "muted")
+        return format_html(
+            '<span class="ts-badge ts-{}" title="{}">{}</span>',
+            tone,
+            obj.health_reason or obj.get_health_display(),
+            obj.get_health_display(),
+        )
+
+    @admin.display(description="Last refresh", ordering="last_refresh_at")
+    def last_refresh(self, obj: Gateway) -> str:
+        run = getattr(obj, "last_run", None)
+        refreshing = (
+            obj.lease_expires_at is not None and obj.lease_expires_at > timezone.now()
+        )
+        busy = (
+            format_html(' <span class="ts-badge ts-info">{}</span>', "refreshing…")
+            if refreshing
+            else ""
+        )
+        if not run or obj.last_refresh_at is None:
+            return format_html('<span class="ts-muted">never</span>{}', busy)
+        label, tone = run_outcome(
+            status=run.get("status"),
+            applied=run.get("applied"),
+            complete=run.get("complete"),
+        )
+        summary = run.get("summary") or {}
+        url = reverse("admin:refresh_refreshrun_change", args=[run["id"]])
+        return format_html(
+            '<a href="{}">{}</a> <span class="ts-badge ts-{}">{}</span> '
+            '<span class="ts-counts">{}</span>{}',
+            url,
+            timezone.localtime(obj.last_refresh_at).strftime("%Y-%m-%d %H:%M"),
+            tone,
+            label,
+            counts_text(summary),
+            busy,
+        )
+
+    @admin.display(description="Tools", ordering="active_tools")
+    def tool_count(self, obj: Gateway) -> str:
+        url = reverse("admin:tools_tool_changelist") + f"?gateway__id__exact={obj.pk}"
+        return format_html('<a href="{}">{}</a>', url, getattr(obj, "active_tools", 0))
+
+    @admin.display(description="Next refresh", ordering="next_refresh_at")
+    def next_refresh(self, obj: Gateway) -> str:
+        if not obj.enabled:
+            return format_html('<span class="ts-muted">{}</span>', "disabled")
+        if obj.next_refresh_at is None:
+            return format_html('<span class="ts-muted">{}</span>', "not scheduled yet")
+        when = timezone.localtime(obj.next_refresh_at).strftime("%Y-%m-%d %H:%M:%S")
+        every = obj.effective_refresh_interval
+        return format_html('{} <span class="ts-muted">(every {} s)</span>', when, every)
+
+    @admin.display(description="Capabilities")
+    def capabilities_display(self, obj: Gateway) -> str:
+        return format_html(
+            '<pre class="ts-json">{}</pre>',
+            json.dumps(obj.capabilities, indent=2, sort_keys=True),
+        )
+
+    @admin.display(description="Server info")
+    def server_info_display(self, obj: Gateway) -> str:
+        return format_html(
+            '<pre class="ts-json">{}</pre>',
+            json.dumps(obj.server_info, indent=2, sort_keys=True),
+        )
+
+    # -- actions ------------------------------------------------------------------------
+
+    @admin.action(
+        description="Refresh selected gateways now (each by its own policy)",
+        permissions=["refresh"],
+    )
+    def refresh_selected(
+        self, request: HttpRequest, queryset: QuerySet[Gateway]
+    ) -> None:
+        queued, disabled, refused = 0, 0, 0
+        for gateway in queryset:
+            if not gateway.enabled:
+                disabled += 1
+                continue
+            if gateway.auth_type == Gateway.AuthType.AS_CALLER or not can_refresh(
+                request.user, gateway
+            ):
+                # as_caller needs a credential typed in for the run: preview page only.
+                refused += 1
+                continue
+            run = refresh_run_create(
+                gateway=gateway,
+                trigger=RefreshRun.Trigger.ADMIN,
+                requested_by=request.user,
+                options=RefreshOptions(**gateway.policy_options()),
+            )
+            transaction.on_commit(lambda pk=run.pk: hooks.enqueue_run(pk))
+            queued += 1
+        parts = [f"Queued {queued} refresh{'es' if queued != 1 else ''}"]
+        if disabled:
+            parts.append(
+                f"{disabled} disabled gateway{'s' if disabled != 1 else ''} skipped"
+            )
+        if refused:
+            parts.append(
+                f"{refused} skipped that need a probe credential or a permission "
+                "you lack (use the Refresh button on the gateway)"
+            )
+        level = messages.SUCCESS if queued else messages.WARNING
+        self.message_user(
+            request,
+            "; ".join(parts)
+            + ". Results appear under Refresh runs as workers finish them.",
+            level,
+        )
+
+    # -- refresh pages -------------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view
+        custom = [
+            path(
+                "<path:object_id>/refresh/",
+                view(admin_views.RefreshStartView.as_view(model_admin=self)),
+                name="gateways_gateway_refresh",
+            ),
+            path(
+                "<path:object_id>/refresh/apply/",
+                view(admin_views.RefreshApplyView.as_view(model_admin=self)),
+                name="gateways_gateway_refresh_apply",
+            ),
+            path(
+                "<path:object_id>/refresh/<int:run_id>/",
+                view(admin_views.RefreshPreviewView.as_view(model_admin=self)),
+                name="gateways_gateway_refresh_preview",
+            ),
+        ]
+        return custom + super().get_urls()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        obj = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if obj is not None:
+            extra["can_refresh"] = can_refresh(request.user, obj)
+            extra["needs_probe_credential"] = (
+                obj.auth_type == Gateway.AuthType.AS_CALLER
+            )
+            extra["recent_runs"] = list(
+                RefreshRun.objects.filter(gateway=obj)
+                .defer("report", "options")
+                .order_by("-queued_at", "-id")[:5]
+            )
+        return super().change_view(request, object_id, form_url, extra)
