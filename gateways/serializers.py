@@ -20,6 +20,8 @@ from project.api.serializers import StrictInputSerializer
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 MAX_SECRET_CHARS = 8192
 MAX_HEADERS = 32
+# Fields that only a stdio gateway has (and only superusers may set).
+STDIO_ONLY_FIELDS = ("command", "args", "env")
 
 
 def _no_control_chars(value: str) -> str:
@@ -185,6 +187,24 @@ class _GatewayInputFields(StrictInputSerializer):
             raise serializers.ValidationError(
                 {"auth_headers": ["Only a headers gateway takes auth_headers."]}
             )
+        transport = attrs.get("transport") or (
+            self.instance.transport
+            if self.instance is not None
+            else Gateway.Transport.STREAMABLE_HTTP
+        )
+        if transport == Gateway.Transport.STDIO:
+            if attrs.get("url"):
+                raise serializers.ValidationError(
+                    {"url": ["A stdio gateway takes command and args, not a URL."]}
+                )
+        else:
+            wrong = {
+                name: ["Only a stdio gateway takes this field."]
+                for name in STDIO_ONLY_FIELDS
+                if attrs.get(name)
+            }
+            if wrong:
+                raise serializers.ValidationError(wrong)
         switching = "auth_type" in attrs and (
             self.instance is None or attrs["auth_type"] != self.instance.auth_type
         )

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 
 from gateways.crypto import decrypt_credentials, encrypt_credentials, rotate_token
 from gateways.models import Gateway, Membership, Tenant
@@ -109,9 +110,23 @@ def gateway_create(
         auth_headers=auth_headers,
         save=False,
     )
-    gateway.full_clean()
-    gateway.save()
+    if Gateway.objects.filter(tenant=tenant, prefix=prefix).exists():
+        raise ValidationError({"prefix": [_PREFIX_TAKEN]}, code="unique")
+    gateway.full_clean(validate_constraints=False)
+    try:
+        # The savepoint keeps a caller's transaction usable after a lost race.
+        with transaction.atomic():
+            gateway.save()
+    except IntegrityError as exc:
+        # Two registrations of one prefix raced past the check above; the
+        # unique constraint decides, and the loser gets the same answer.
+        if Gateway.objects.filter(tenant=tenant, prefix=prefix).exists():
+            raise ValidationError({"prefix": [_PREFIX_TAKEN]}, code="unique") from None
+        raise exc
     return gateway
+
+
+_PREFIX_TAKEN = "This tenant already has a gateway with this prefix."
 
 
 def gateway_rotate_credentials() -> int:

@@ -328,5 +328,9 @@ SPECTACULAR_SETTINGS = {
         "RefreshTriggerEnum": "refresh.models.RefreshRun.Trigger",
         "RefreshStatusEnum": "refresh.models.RefreshRun.Status",
         "ToolReviewStateEnum": "tools.models.Tool.ReviewState",
+        "ToolEffectEnum": "tools.models.Effect",
+        "ToolVisibilityEnum": "tools.models.Tool.Visibility",
+        "SkillStatusEnum": "skills.models.Skill.Status",
+        "HealthOkEnum": ["ok"],
     },
 }

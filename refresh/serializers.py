@@ -10,6 +10,7 @@ from project.api.serializers import StrictInputSerializer
 from refresh.models import RefreshRun
 from refresh.options import RefreshOptions
 from refresh.report import SUMMARY_KEYS
+from tools.models import Effect
 
 
 def _no_control_chars(value: str) -> str:
@@ -91,15 +92,18 @@ class ReportItemSerializer(serializers.Serializer):
         help_text="Server-owned fields offered now (MCP camelCase keys).",
     )
     effect_hint = serializers.ChoiceField(
-        choices=["read", "write"],
+        choices=Effect.choices,
         allow_null=True,
         help_text="From annotations.readOnlyHint; a hint, not an instruction.",
     )
     effect = serializers.ChoiceField(
-        choices=["read", "write"], allow_null=True, help_text="The row's effect now."
+        choices=Effect.choices, allow_null=True, help_text="The row's effect now."
     )
     effect_after = serializers.ChoiceField(
-        choices=["read", "write"], allow_null=True, required=False
+        choices=Effect.choices,
+        allow_null=True,
+        required=False,
+        help_text="The row's effect after apply (differs only with apply_effect).",
     )
     action = serializers.ChoiceField(
         choices=[

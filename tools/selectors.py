@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
-from tools.models import TOOL_SERVER_FIELDS, Prompt, Resource, Tool
+from tools.models import TOOL_SERVER_FIELDS, Prompt, Resource, Tool, ToolRevision
 
 # Columns the diff needs for every row; schemas are loaded only for rows
 # whose hash differs (see `tool_specs`), so a no-op refresh reads no JSON.
@@ -60,3 +60,23 @@ def entry_rows(
             "id", key, "spec", "spec_hash", "active"
         )
     )
+
+
+def tool_list_api() -> QuerySet[Tool]:
+    """Tools as the API shows them, with their gateway's prefix, transport, auth.
+
+    One query per page however many rows (the serializer reads only these).
+    """
+    # Annotations, not select_related: a page of 1,000 tools must not carry
+    # 1,000 copies of the gateway's JSON columns (capabilities, server info).
+    return Tool.objects.annotate(
+        gateway_prefix=F("gateway__prefix"),
+        gateway_transport=F("gateway__transport"),
+        gateway_auth_type=F("gateway__auth_type"),
+        approved_revision_number=F("approved_revision__number"),
+    ).order_by("gateway_id", "name", "id")
+
+
+def tool_revision_list(*, tool: Tool) -> QuerySet[ToolRevision]:
+    """A tool's revisions, newest first."""
+    return ToolRevision.objects.filter(tool=tool).order_by("-number")

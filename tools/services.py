@@ -322,13 +322,33 @@ def tool_update_local(*, tool: Tool, fields: Mapping[str, Any]) -> Tool:
     return tool
 
 
-def tool_approve(*, tool: Tool, user: Any) -> Tool:
-    """Approve the tool's current revision (pin it)."""
+class ToolRevisionMismatch(ToolServiceError):
+    """The revision a reviewer saw is no longer the tool's current one."""
+
+    def __init__(self, message: str, *, current: int, requested: int) -> None:
+        super().__init__(message, code="revision_mismatch")
+        self.current = current
+        self.requested = requested
+
+
+def tool_approve(*, tool: Tool, user: Any, revision: int | None = None) -> Tool:
+    """Approve the tool's current revision (pin it).
+
+    With `revision`, approve only if that is still the current revision: a
+    reviewer never approves a definition they did not see.
+    """
     with transaction.atomic():
         # Lock the gateway: an apply running now either lands first (and we
         # approve what it wrote) or waits for us (and marks the tool changed).
         Gateway.objects.select_for_update().only("id").get(pk=tool.gateway_id)
         locked = Tool.objects.get(pk=tool.pk)
+        if revision is not None and revision != locked.current_revision:
+            raise ToolRevisionMismatch(
+                f"revision {revision} is no longer current (the tool is at "
+                f"revision {locked.current_revision}); review the new one first",
+                current=locked.current_revision,
+                requested=revision,
+            )
         revision = ToolRevision.objects.filter(
             tool=locked, number=locked.current_revision
         ).first()

@@ -22,9 +22,9 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 
-from gateways.services import GatewayConfigError
+from gateways.services import GatewayConfigError, GatewayInUse
 from refresh.exceptions import RefreshError
-from tools.services import ToolServiceError
+from tools.services import ToolRevisionMismatch, ToolServiceError
 
 VALIDATION_STATUS = status.HTTP_422_UNPROCESSABLE_ENTITY
 
@@ -61,6 +61,17 @@ class EnvelopeExceptionHandler(ExceptionHandler):
                 code=exc.code,
                 status_code=exc.status,
                 details=dict(exc.details),
+            )
+        if isinstance(exc, ToolRevisionMismatch):
+            return ApiError(
+                str(exc),
+                code=exc.code,
+                status_code=status.HTTP_409_CONFLICT,
+                details={"revision": exc.current, "requested": exc.requested},
+            )
+        if isinstance(exc, GatewayInUse):
+            return ApiError(
+                str(exc), code=exc.code, status_code=status.HTTP_409_CONFLICT
             )
         if isinstance(exc, ToolServiceError):
             return ApiError(str(exc), code=exc.code, status_code=VALIDATION_STATUS)

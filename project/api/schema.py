@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 
 from project.api.serializers import ErrorEnvelopeSerializer
@@ -58,3 +59,17 @@ class AutoSchema(SpectacularAutoSchema):
             body["description"] = ERROR_DESCRIPTIONS[code]
             responses[code] = body
         return dict(sorted(responses.items()))
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Documents `Authorization: Bearer <token>` (knox tokens) in the schema."""
+
+    target_class = "project.api.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token from `manage.py create_api_token`.",
+        }
