@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from rest_framework import serializers
 
 from gateways.models import PREFIX_PATTERN, Gateway
-from project.api.serializers import StrictInputSerializer
+from project.api.serializers import StrictCharField, StrictInputSerializer
 
 # RFC 9110 token characters: what an HTTP header name may contain.
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
@@ -51,7 +51,7 @@ class AuthHeadersField(serializers.DictField):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
-            child=serializers.CharField(
+            child=StrictCharField(
                 max_length=MAX_SECRET_CHARS,
                 trim_whitespace=False,
                 validators=[_no_control_chars],
@@ -149,7 +149,7 @@ class _GatewayInputFields(StrictInputSerializer):
         help_text="stdio environment; write-only (values may be secrets); superusers only.",
     )
     auth_type = serializers.ChoiceField(choices=Gateway.AuthType.choices)
-    auth_token = serializers.CharField(
+    auth_token = StrictCharField(
         max_length=MAX_SECRET_CHARS,
         write_only=True,
         trim_whitespace=False,

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from project.api.serializers import StrictInputSerializer
+from project.api.serializers import StrictCharField, StrictInputSerializer
 from refresh.models import RefreshRun
 from refresh.options import RefreshOptions
 from refresh.report import SUMMARY_KEYS
@@ -43,7 +43,7 @@ class RefreshRequestSerializer(StrictInputSerializer):
     include_resources = serializers.BooleanField(
         default=False, help_text="Also refresh resources."
     )
-    probe_credential = serializers.CharField(
+    probe_credential = StrictCharField(
         min_length=1,
         max_length=100,
         allow_null=True,
@@ -71,7 +71,7 @@ class RefreshRequestSerializer(StrictInputSerializer):
 class PrefixRefreshRequestSerializer(RefreshRequestSerializer):
     """Body of `POST /api/tools/refresh`: the gateway is named by its prefix."""
 
-    prefix = serializers.CharField(
+    prefix = StrictCharField(
         max_length=64,
         validators=[_no_control_chars],
         help_text="The gateway prefix whose imported tools to refresh.",

@@ -10,6 +10,7 @@ envelope through `not_found` / `server_error` for `/api/` paths.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -27,6 +28,7 @@ from refresh.exceptions import RefreshError
 from tools.services import ToolRevisionMismatch, ToolServiceError
 
 VALIDATION_STATUS = status.HTTP_422_UNPROCESSABLE_ENTITY
+logger = logging.getLogger("toolsync.api")
 
 
 class ApiError(exceptions.APIException):
@@ -41,6 +43,7 @@ class ApiError(exceptions.APIException):
         details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(detail=message, code=code)
+        self.upstream = False
         self.status_code = status_code
         self.error_code = code
         self.details = details or {}
@@ -56,12 +59,17 @@ class EnvelopeExceptionHandler(ExceptionHandler):
 
     def convert_known_exceptions(self, exc: Exception) -> Exception:
         if isinstance(exc, RefreshError):
-            return ApiError(
+            error = ApiError(
                 exc.message,
                 code=exc.code,
                 status_code=exc.status,
                 details=dict(exc.details),
             )
+            # A server we cannot reach is the gateway's failure, not ours: the
+            # run records it and the refresh log line says it; it is not a crash
+            # for error monitoring. A bare RefreshError (500) still is.
+            error.upstream = exc.status == status.HTTP_502_BAD_GATEWAY
+            return error
         if isinstance(exc, ToolRevisionMismatch):
             return ApiError(
                 str(exc),
@@ -80,6 +88,19 @@ class EnvelopeExceptionHandler(ExceptionHandler):
         if isinstance(exc, DjangoValidationError):
             return exceptions.ValidationError(as_serializer_error(exc))
         return super().convert_known_exceptions(exc)
+
+    def report_exception(
+        self, exc: exceptions.APIException, response: Response
+    ) -> None:
+        if getattr(exc, "upstream", False):
+            logger.warning(
+                "%s answered %s %s",
+                self.context["request"].path,
+                exc.status_code,
+                getattr(exc, "error_code", ""),
+            )
+            return
+        super().report_exception(exc, response)
 
     def get_response(self, exc: exceptions.APIException, data: dict) -> Response:
         response = super().get_response(exc, data)

@@ -42,6 +42,19 @@ class StrictInputSerializer(StrictInputMixin, serializers.Serializer):
     """A plain input serializer that rejects unknown fields."""
 
 
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of turning them into text.
+
+    For secrets and identifiers: `{"probe_credential": 12}` is a client bug,
+    not the credential "12".
+    """
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class ValidationErrorItemSerializer(serializers.Serializer):
     field = serializers.CharField(
         allow_null=True,
