@@ -111,7 +111,7 @@ def gateway_create(
         save=False,
     )
     if Gateway.objects.filter(tenant=tenant, prefix=prefix).exists():
-        raise ValidationError({"prefix": [_PREFIX_TAKEN]}, code="unique")
+        raise _prefix_taken()
     gateway.full_clean(validate_constraints=False)
     try:
         # The savepoint keeps a caller's transaction usable after a lost race.
@@ -121,12 +121,19 @@ def gateway_create(
         # Two registrations of one prefix raced past the check above; the
         # unique constraint decides, and the loser gets the same answer.
         if Gateway.objects.filter(tenant=tenant, prefix=prefix).exists():
-            raise ValidationError({"prefix": [_PREFIX_TAKEN]}, code="unique") from None
+            raise _prefix_taken() from None
         raise exc
     return gateway
 
 
-_PREFIX_TAKEN = "This tenant already has a gateway with this prefix."
+def _prefix_taken() -> ValidationError:
+    return ValidationError(
+        {
+            "prefix": ValidationError(
+                "This tenant already has a gateway with this prefix.", code="unique"
+            )
+        }
+    )
 
 
 def gateway_rotate_credentials() -> int:

@@ -24,6 +24,7 @@ from gateways.serializers import (
     GatewayUpdateSerializer,
 )
 from gateways.services import gateway_create, gateway_delete, gateway_update
+from project.api.filters import StrictFilterSet
 from project.api.permissions import RoleFloorMixin, require_role
 from project.api.serializers import ErrorEnvelopeSerializer
 from project.api.tenancy import TenantScopedQuerysetMixin, tenant_ids
@@ -31,7 +32,7 @@ from refresh.serializers import RefreshRequestSerializer
 from refresh.views import refresh_response, refresh_schema
 
 
-class GatewayFilter(django_filters.FilterSet):
+class GatewayFilter(StrictFilterSet):
     tenant = django_filters.CharFilter(
         field_name="tenant__slug", help_text="Tenant slug."
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import django_filters
 from django.db.models import Count
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import viewsets
@@ -20,6 +19,7 @@ from rest_framework.views import APIView
 
 from gateways.models import Gateway
 from project.api.errors import ApiError
+from project.api.filters import StrictFilterSet
 from project.api.permissions import RoleFloor, RoleFloorMixin, require_role
 from project.api.serializers import ErrorEnvelopeSerializer
 from project.api.tenancy import TenantScopedQuerysetMixin, tenant_ids
@@ -282,7 +282,7 @@ def _prefix_error(code: str) -> dict[str, str]:
     return {"field": "prefix", "code": code, "message": messages[code]}
 
 
-class RefreshRunFilter(django_filters.FilterSet):
+class RefreshRunFilter(StrictFilterSet):
     class Meta:
         model = RefreshRun
         fields = ["gateway", "status", "trigger", "applied"]

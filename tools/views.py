@@ -16,6 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from project.api.filters import StrictFilterSet
 from project.api.permissions import RoleFloorMixin
 from project.api.serializers import ErrorEnvelopeSerializer
 from project.api.tenancy import TenantScopedQuerysetMixin
@@ -29,7 +30,7 @@ from tools.serializers import (
 )
 
 
-class ToolFilter(django_filters.FilterSet):
+class ToolFilter(StrictFilterSet):
     tenant = django_filters.CharFilter(
         field_name="gateway__tenant__slug", help_text="Tenant slug."
     )
