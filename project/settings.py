@@ -167,6 +167,9 @@ if CELERY_BROKER_URL == "filesystem://":
         # default is a "control" directory in the current directory.
         "control_folder": str(_queue_dir / "control"),
         "store_processed": False,
+        # kombu polls the folder once a second by default: most of the
+        # notification -> applied latency of `make run`. A tenth is cheap.
+        "polling_interval": 0.1,
     }
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_SERIALIZER = "json"
@@ -209,6 +212,29 @@ TOOLSYNC_HEALTH_CHECK_INTERVAL = _positive_int("TOOLSYNC_HEALTH_CHECK_INTERVAL",
 TOOLSYNC_UNREACHABLE_AFTER = _positive_int("TOOLSYNC_UNREACHABLE_AFTER", 3)
 TOOLSYNC_DEBOUNCE_SECONDS = _positive_float("TOOLSYNC_DEBOUNCE_SECONDS", 0.5)
 TOOLSYNC_MAX_DELAY_SECONDS = _positive_float("TOOLSYNC_MAX_DELAY_SECONDS", 5.0)
+# The notification listener (`manage.py listen`, docs/events.md): how often it
+# re-reads the gateways, how often it proves each open session alive (a
+# round trip; stream ends are noticed within a second without one), and its
+# reconnect backoff (exponential with jitter, from INITIAL up to MAX).
+TOOLSYNC_LISTENER_RELOAD_SECONDS = _positive_float(
+    "TOOLSYNC_LISTENER_RELOAD_SECONDS", 2.0, allow_zero=False
+)
+TOOLSYNC_LISTENER_PING_SECONDS = _positive_float(
+    "TOOLSYNC_LISTENER_PING_SECONDS", 30.0, allow_zero=False
+)
+TOOLSYNC_LISTENER_PING_TIMEOUT = _positive_float(
+    "TOOLSYNC_LISTENER_PING_TIMEOUT", 10.0, allow_zero=False
+)
+TOOLSYNC_LISTENER_BACKOFF_INITIAL = _positive_float(
+    "TOOLSYNC_LISTENER_BACKOFF_INITIAL", 1.0, allow_zero=False
+)
+TOOLSYNC_LISTENER_BACKOFF_MAX = _positive_float(
+    "TOOLSYNC_LISTENER_BACKOFF_MAX", 60.0, allow_zero=False
+)
+if TOOLSYNC_LISTENER_BACKOFF_MAX < TOOLSYNC_LISTENER_BACKOFF_INITIAL:
+    raise ImproperlyConfigured(
+        "TOOLSYNC_LISTENER_BACKOFF_MAX must be >= TOOLSYNC_LISTENER_BACKOFF_INITIAL"
+    )
 # Comma-separated Fernet keys; the first encrypts, all decrypt (rotation).
 TOOLSYNC_ENCRYPTION_KEY = env.str("TOOLSYNC_ENCRYPTION_KEY", default="")
 if not TOOLSYNC_ENCRYPTION_KEY and not DEBUG:

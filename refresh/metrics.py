@@ -13,7 +13,8 @@ Files of processes that died are folded into one archive file per metric
 type (`compact_dead_processes`), so counters keep their totals and the
 directory does not grow with every recycled worker child.
 
-Names, labels and buckets are documented in docs/scheduling.md ("Metrics").
+Names, labels and buckets are documented in docs/scheduling.md ("Metrics");
+the listener's own (`toolsync_listener_*`) in docs/events.md.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -102,6 +104,64 @@ HEALTH_CHECKS = Counter(
     ["result"],
 )
 
+# The notification listener (docs/events.md). Per-gateway series: the label
+# value is the gateway id, so their number is bounded by the gateways.
+LISTENER_REFRESH_REASONS = frozenset({"notification", "reconnect", "start"})
+LISTENER_FAILURE_REASONS = frozenset(
+    {
+        "connect_failed",
+        "timeout",
+        "auth_failed",
+        "protocol_error",
+        "bad_target",
+        "session_lost",
+        "listen_unsupported",
+    }
+)
+LISTENER_SESSION_STATES = ("connecting", "listening", "backoff", "unsupported")
+LISTENER_NOTIFICATIONS = Counter(
+    "toolsync_listener_notifications_received_total",
+    "list_changed notifications received by the listener, by gateway and kind.",
+    ["gateway", "kind"],
+)
+LISTENER_COALESCED = Counter(
+    "toolsync_listener_notifications_coalesced_total",
+    "Notifications folded into a refresh already pending, by gateway and kind.",
+    ["gateway", "kind"],
+)
+LISTENER_REFRESHES = Counter(
+    "toolsync_listener_refreshes_fired_total",
+    "Event refreshes the listener enqueued, by gateway and reason "
+    "(notification; reconnect: notifications may have been missed while down).",
+    ["gateway", "reason"],
+)
+LISTENER_RECONNECTS = Counter(
+    "toolsync_listener_reconnects_total",
+    "Sessions re-established after one was lost, by gateway.",
+    ["gateway"],
+)
+LISTENER_CONNECT_FAILURES = Counter(
+    "toolsync_listener_session_failures_total",
+    "Connection attempts that failed and sessions that died, by gateway and reason.",
+    ["gateway", "reason"],
+)
+# Live gauges: summed over the listener processes that are alive (shards);
+# a dead listener's values disappear instead of lingering.
+LISTENER_SESSIONS = Gauge(
+    "toolsync_listener_sessions",
+    "Gateway sessions held by live listener processes, by state (connecting, "
+    "listening, backoff, unsupported).",
+    ["state"],
+    multiprocess_mode="livesum",
+)
+LISTENER_HEARTBEAT = Gauge(
+    "toolsync_listener_heartbeat_timestamp_seconds",
+    "Unix time of each live listener shard's last reload of the gateways; "
+    "absent or old means the listener is down or stuck.",
+    ["shard"],
+    multiprocess_mode="livemax",
+)
+
 
 def multiprocess_dir() -> str | None:
     """The shared sample directory, or None when multiprocess mode is off."""
@@ -157,12 +217,52 @@ def _kind(kind: str) -> str:
 def notification_received(kind: str, gateway_id: int | None = None) -> None:
     """Count one list_changed notification (`kind`: tools, prompts, resources)."""
     NOTIFICATIONS_RECEIVED.labels(kind=_kind(kind)).inc()
+    if gateway_id is not None:
+        LISTENER_NOTIFICATIONS.labels(gateway=str(gateway_id), kind=_kind(kind)).inc()
 
 
 @_safe
 def notification_coalesced(kind: str, gateway_id: int | None = None) -> None:
     """Count one notification that joined a refresh already pending."""
     NOTIFICATIONS_COALESCED.labels(kind=_kind(kind)).inc()
+    if gateway_id is not None:
+        LISTENER_COALESCED.labels(gateway=str(gateway_id), kind=_kind(kind)).inc()
+
+
+@_safe
+def listener_refresh_fired(gateway_id: int, reason: str) -> None:
+    """Count one event refresh the listener enqueued."""
+    reason = reason if reason in LISTENER_REFRESH_REASONS else "other"
+    LISTENER_REFRESHES.labels(gateway=str(gateway_id), reason=reason).inc()
+
+
+@_safe
+def listener_reconnected(gateway_id: int) -> None:
+    """Count one session re-established after a loss."""
+    LISTENER_RECONNECTS.labels(gateway=str(gateway_id)).inc()
+
+
+@_safe
+def listener_session_failed(gateway_id: int, reason: str) -> None:
+    """Count one failed connection attempt or lost session."""
+    reason = reason if reason in LISTENER_FAILURE_REASONS else "other"
+    LISTENER_CONNECT_FAILURES.labels(gateway=str(gateway_id), reason=reason).inc()
+
+
+@_safe
+def listener_health(*, shard: str, sessions: dict[str, int], heartbeat: float) -> None:
+    """Publish one listener process's session counts and heartbeat."""
+    for state in LISTENER_SESSION_STATES:
+        LISTENER_SESSIONS.labels(state=state).set(sessions.get(state, 0))
+    LISTENER_HEARTBEAT.labels(shard=shard).set(heartbeat)
+
+
+@_safe
+def listener_stopped() -> None:
+    """Drop this process's live gauges at a clean exit (a crash: on compaction)."""
+    path = multiprocess_dir()
+    if path is not None:
+        mark_process_dead(os.getpid(), path)
 
 
 @_safe
