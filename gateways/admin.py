@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.timesince import timesince, timeuntil
 
 from gateways.admin_scope import REFRESH_PERMISSION, TenantScopedAdmin, can_refresh
 from gateways.models import ROLE_RANK, Gateway, Membership, Tenant
@@ -29,6 +30,10 @@ from refresh.presentation import counts_text, run_outcome
 from refresh.schedule import gateway_reschedule
 from refresh.services import refresh_run_create
 from tools.models import Tool
+
+admin.site.site_header = "Toolsync"
+admin.site.site_title = "Toolsync admin"
+admin.site.index_title = "Gateways, tools and their refreshes"
 
 HEALTH_TONES = {
     Gateway.Health.HEALTHY: "ok",
@@ -103,6 +108,14 @@ class MembershipAdmin(TenantScopedAdmin):
 class GatewayForm(forms.ModelForm):
     """The gateway fields plus write-only credentials (never rendered back)."""
 
+    # Declared for `assume_scheme`: a bare host means https, as in Django 6.
+    url = forms.URLField(
+        label="URL",
+        max_length=2000,
+        required=False,
+        assume_scheme="https",
+        help_text="The server's MCP endpoint (HTTP transports).",
+    )
     auth_token = forms.CharField(
         required=False,
         strip=True,
@@ -170,12 +183,32 @@ class GatewayForm(forms.ModelForm):
         return data
 
 
+def recent_run_row(run: RefreshRun) -> dict[str, Any]:
+    """One row of the gateway page's "Recent refreshes" table."""
+    label, tone = run_outcome(
+        status=run.status,
+        applied=run.applied,
+        complete=run.complete,
+        apply_requested=bool((run.options or {}).get("apply")),
+    )
+    return {
+        "run": run,
+        "outcome": label,
+        "tone": tone,
+        "changes": counts_text(run.summary)
+        if run.status == RefreshRun.Status.SUCCEEDED
+        else run.reason,
+    }
+
+
 @admin.register(Gateway)
 class GatewayAdmin(TenantScopedAdmin):
     """Gateways: health, last refresh and schedule at a glance; Refresh on each page."""
 
     form = GatewayForm
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    formfield_overrides = {
+        models.JSONField: {"widget": forms.Textarea(attrs={"rows": 2, "cols": 60})},
+    }
     list_display = (
         "prefix",
         "name",
@@ -185,10 +218,8 @@ class GatewayAdmin(TenantScopedAdmin):
         "last_refresh",
         "tool_count",
         "next_refresh",
-        "refresh_interval",
     )
     list_display_links = ("prefix", "name")
-    list_editable = ("refresh_interval",)
     list_filter = (
         "health",
         "enabled",
@@ -302,6 +333,7 @@ class GatewayAdmin(TenantScopedAdmin):
                     complete="complete",
                     summary="summary",
                     trigger="trigger",
+                    apply_requested="options__apply",
                 )
             )[:1]
         )
@@ -391,17 +423,24 @@ class GatewayAdmin(TenantScopedAdmin):
             status=run.get("status"),
             applied=run.get("applied"),
             complete=run.get("complete"),
+            apply_requested=bool(run.get("apply_requested")),
         )
-        summary = run.get("summary") or {}
+        counts = (
+            counts_text(run.get("summary") or {})
+            if run.get("status") == RefreshRun.Status.SUCCEEDED
+            else ""
+        )
         url = reverse("admin:refresh_refreshrun_change", args=[run["id"]])
         return format_html(
-            '<a href="{}">{}</a> <span class="ts-badge ts-{}">{}</span> '
-            '<span class="ts-counts">{}</span>{}',
-            url,
-            timezone.localtime(obj.last_refresh_at).strftime("%Y-%m-%d %H:%M"),
+            '<span class="ts-nowrap"><span class="ts-badge ts-{}">{}</span> '
+            '<span class="ts-counts">{}</span></span><br>'
+            '<a href="{}" title="{}" class="ts-when">{} ago</a>{}',
             tone,
             label,
-            counts_text(summary),
+            counts,
+            url,
+            timezone.localtime(obj.last_refresh_at).strftime("%Y-%m-%d %H:%M:%S"),
+            timesince(obj.last_refresh_at),
             busy,
         )
 
@@ -414,11 +453,19 @@ class GatewayAdmin(TenantScopedAdmin):
     def next_refresh(self, obj: Gateway) -> str:
         if not obj.enabled:
             return format_html('<span class="ts-muted">{}</span>', "disabled")
-        if obj.next_refresh_at is None:
-            return format_html('<span class="ts-muted">{}</span>', "not scheduled yet")
-        when = timezone.localtime(obj.next_refresh_at).strftime("%Y-%m-%d %H:%M:%S")
         every = obj.effective_refresh_interval
-        return format_html('{} <span class="ts-muted">(every {} s)</span>', when, every)
+        now = timezone.now()
+        # Empty or past means the next schedule sweep (every second) takes it.
+        if obj.next_refresh_at is None or obj.next_refresh_at <= now:
+            return format_html(
+                'due now <span class="ts-muted">(every {} s)</span>', every
+            )
+        return format_html(
+            '<span title="{}">in {}</span> <span class="ts-muted">(every {} s)</span>',
+            timezone.localtime(obj.next_refresh_at).strftime("%Y-%m-%d %H:%M:%S"),
+            timeuntil(obj.next_refresh_at, now),
+            every,
+        )
 
     @admin.display(description="Capabilities")
     def capabilities_display(self, obj: Gateway) -> str:
@@ -517,9 +564,17 @@ class GatewayAdmin(TenantScopedAdmin):
             extra["needs_probe_credential"] = (
                 obj.auth_type == Gateway.AuthType.AS_CALLER
             )
-            extra["recent_runs"] = list(
-                RefreshRun.objects.filter(gateway=obj)
-                .defer("report", "options")
+            extra["recent_runs"] = [
+                recent_run_row(run)
+                for run in RefreshRun.objects.filter(gateway=obj)
+                .defer("report")
+                .select_related("requested_by")
                 .order_by("-queued_at", "-id")[:5]
-            )
+            ]
+            extra["status_strip"] = {
+                "health": self.health_badge(obj),
+                "tools": self.tool_count(obj),
+                "last_refresh": self.last_refresh(obj),
+                "next_refresh": self.next_refresh(obj),
+            }
         return super().change_view(request, object_id, form_url, extra)

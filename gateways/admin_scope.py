@@ -1,17 +1,20 @@
 """Tenant scoping for the Django admin.
 
 Superusers see everything. Other staff users see and act only within the
-tenants where they hold `admin` or `owner`; anything else behaves exactly
-like an object that does not exist (404, never 403), as in the API.
+tenants where they hold `admin` or `owner`. Object pages follow the API's
+rule: another tenant's object (or a missing one) answers 404, never 403, so
+the admin does not reveal what exists elsewhere; an object of one's own
+tenant below the admin floor (a viewer or member) answers 403.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.db.models import QuerySet
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
 from gateways.models import Gateway, Role, Tenant
@@ -41,12 +44,33 @@ def gateways_for_admin(user: Any) -> QuerySet[Gateway]:
     return scope_queryset(Gateway.objects.select_related("tenant"), user, "tenant_id")
 
 
-def gateway_for_admin_or_404(user: Any, object_id: Any) -> Gateway:
-    """A gateway in the user's scope; another tenant's answers 404 like a missing one."""
+def deny_out_of_scope(
+    model: type[Model], user: Any, object_id: Any, tenant_path: str
+) -> NoReturn:
+    """Raise for an object outside the user's admin scope: 403 or 404 (see module doc).
+
+    Called only once the object was not found in the admin scope, so a
+    superuser (who has no limits) always gets the 404.
+    """
+    if not user.is_superuser and user.is_authenticated:
+        try:
+            own_tenant = model._default_manager.filter(
+                pk=object_id,
+                **{f"{tenant_path}__in": tenant_ids_for(user, min_role=Role.VIEWER)},
+            ).exists()
+        except (ValueError, TypeError, ValidationError):
+            own_tenant = False
+        if own_tenant:
+            raise PermissionDenied("this needs the admin or owner role in the tenant")
+    raise Http404(f"no such {model._meta.verbose_name}")
+
+
+def gateway_in_admin_scope(user: Any, object_id: Any) -> Gateway:
+    """A gateway the user administers; 404 for another tenant's, 403 below admin."""
     try:
         return gateways_for_admin(user).get(pk=object_id)
-    except (Gateway.DoesNotExist, ValueError, TypeError):
-        raise Http404("no such gateway") from None
+    except (Gateway.DoesNotExist, ValueError, TypeError, ValidationError):
+        deny_out_of_scope(Gateway, user, object_id, "tenant_id")
 
 
 def can_refresh(user: Any, gateway: Gateway) -> bool:
@@ -68,8 +92,9 @@ class TenantScopedAdmin(admin.ModelAdmin):
     """A ModelAdmin whose rows, choices and object pages stay inside the user's tenants.
 
     `tenant_path` is the lookup from the model to its tenant id. Foreign keys
-    to Tenant and Gateway offer only in-scope choices, and any object page for
-    an out-of-scope (or missing) object raises 404.
+    to Tenant and Gateway offer only in-scope choices, and every object page
+    (change, delete, history, and the extra pages subclasses add through
+    `object_in_scope`) answers 404 or 403 for an object out of scope.
     """
 
     tenant_path = "tenant_id"
@@ -93,11 +118,14 @@ class TenantScopedAdmin(admin.ModelAdmin):
             kwargs["queryset"] = gateways_for_admin(request.user)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
-    def _in_scope_or_404(self, request: HttpRequest, object_id: str | None) -> None:
-        if object_id is None:
-            return
-        if self.get_object(request, unquote(object_id)) is None:
-            raise Http404(f"no such {self.opts.verbose_name}")
+    def object_in_scope(self, request: HttpRequest, object_id: str) -> Any:
+        """The object if the user administers its tenant; else 404 or 403 (module doc)."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            deny_out_of_scope(
+                self.model, request.user, unquote(object_id), self.tenant_path
+            )
+        return obj
 
     def change_view(
         self,
@@ -106,7 +134,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        self._in_scope_or_404(request, object_id)
+        self.object_in_scope(request, object_id)
         return super().change_view(request, object_id, form_url, extra_context)
 
     def delete_view(
@@ -115,7 +143,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
         object_id: str,
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        self._in_scope_or_404(request, object_id)
+        self.object_in_scope(request, object_id)
         return super().delete_view(request, object_id, extra_context)
 
     def history_view(
@@ -124,5 +152,5 @@ class TenantScopedAdmin(admin.ModelAdmin):
         object_id: str,
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        self._in_scope_or_404(request, object_id)
+        self.object_in_scope(request, object_id)
         return super().history_view(request, object_id, extra_context)

@@ -80,7 +80,34 @@ class RefreshRunAdmin(TenantScopedAdmin):
     list_select_related = ("gateway", "requested_by")
     search_fields = ("gateway__prefix", "gateway__name", "reason")
     date_hierarchy = "queued_at"
-    fields = (
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "gateway_link",
+                    ("trigger", "requested_by"),
+                    "outcome_badge",
+                    "reason",
+                    ("finished_at", "duration"),
+                )
+            },
+        ),
+        (
+            "Details",
+            {
+                "classes": ("collapse",),
+                "fields": (
+                    ("status", "error_code"),
+                    ("applied", "complete"),
+                    "options_display",
+                    ("queued_at", "started_at"),
+                    "catalog_fingerprint",
+                ),
+            },
+        ),
+    )
+    readonly_fields = (
         "gateway_link",
         "trigger",
         "requested_by",
@@ -97,7 +124,6 @@ class RefreshRunAdmin(TenantScopedAdmin):
         "duration",
         "catalog_fingerprint",
     )
-    readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RefreshRun]:
         # Reports can be megabytes; the list never needs them.
@@ -157,6 +183,14 @@ class RefreshRunAdmin(TenantScopedAdmin):
         extra = dict(extra_context or {})
         run = self.get_object(request, object_id)
         if run is not None:
+            label, _tone = run_outcome(
+                status=run.status,
+                applied=run.applied,
+                complete=run.complete,
+                apply_requested=bool((run.options or {}).get("apply")),
+            )
+            extra["title"] = f"Refresh run {run.pk} of {run.gateway.prefix}"
+            extra["subtitle"] = f"{run.get_trigger_display()} · {label}"
             extra["report"] = report_view(run.report)
             extra["run"] = run
             extra["raw_report"] = pretty(run.report or {})

@@ -2,7 +2,8 @@
 
 Registered by `GatewayAdmin.get_urls()` through `admin_site.admin_view` (login,
 staff, CSRF). Each view re-checks the object: another tenant's gateway is a
-404, a gateway in scope without the refresh permission a 403. Nothing here
+404; one's own tenant's gateway below the admin role, or without the refresh
+permission, a 403. Only POSTs run a refresh. Nothing here
 writes the catalog itself: `refresh.services.refresh_gateway` does, and Apply
 passes the preview's catalog fingerprint so a server that changed in between
 is never applied unread.
@@ -23,7 +24,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views import View
 
-from gateways.admin_scope import can_refresh, gateway_for_admin_or_404
+from gateways.admin_scope import can_refresh, gateway_in_admin_scope
 from gateways.models import Gateway
 from refresh.exceptions import (
     GatewayDisabled,
@@ -135,6 +136,13 @@ def _gateway_url(gateway: Gateway) -> str:
     return reverse("admin:gateways_gateway_change", args=[gateway.pk])
 
 
+def _result_url(request: HttpRequest, gateway: Gateway, run: RefreshRun) -> str:
+    """The run's page, or the gateway's for someone who may not read run history."""
+    if request.user.has_perm("refresh.view_refreshrun"):
+        return reverse("admin:refresh_refreshrun_change", args=[run.pk])
+    return _gateway_url(gateway)
+
+
 def execute(
     request: HttpRequest,
     gateway: Gateway,
@@ -196,7 +204,7 @@ class _GatewayView(View):
     model_admin: ModelAdmin[Gateway] | None = None
 
     def gateway(self, request: HttpRequest, object_id: str) -> Gateway:
-        gateway = gateway_for_admin_or_404(request.user, object_id)
+        gateway = gateway_in_admin_scope(request.user, object_id)
         if not can_refresh(request.user, gateway):
             raise PermissionDenied("you may not refresh this gateway")
         return gateway
@@ -358,9 +366,7 @@ class RefreshApplyView(_GatewayView):
                 request,
                 format_html("The refresh did not apply: {}.", run.reason or run.status),
             )
-        return HttpResponseRedirect(
-            reverse("admin:refresh_refreshrun_change", args=[run.pk])
-        )
+        return HttpResponseRedirect(_result_url(request, gateway, run))
 
     def _preview(self, gateway: Gateway, raw_id: str | None) -> RefreshRun | None:
         if not raw_id or not raw_id.isdigit():

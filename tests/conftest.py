@@ -11,6 +11,7 @@ from django.db import connection
 
 from refresh.probe import Listing, ProbeResult
 from tests import factories
+from tests.browser import page, screenshot  # noqa: F401 - browser tests' fixtures
 
 
 def pytest_collection_modifyitems(

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
@@ -43,6 +45,7 @@ class ToolRevisionInline(admin.TabularInline):
     max_num = 0
     can_delete = False
     show_change_link = False
+    classes = ("ts-revisions",)
     verbose_name_plural = "Revisions (immutable; one per change the server made)"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ToolRevision]:
@@ -114,6 +117,10 @@ class ToolAdmin(TenantScopedAdmin):
     list_select_related = ("gateway",)
     actions = ["approve_selected"]
     inlines = [ToolRevisionInline]
+    formfield_overrides = {
+        models.JSONField: {"widget": forms.Textarea(attrs={"rows": 2, "cols": 60})},
+        models.TextField: {"widget": forms.Textarea(attrs={"rows": 3, "cols": 60})},
+    }
     fieldsets = (
         (None, {"fields": ("gateway", "name", "qualified", "active_state")}),
         (
@@ -126,7 +133,7 @@ class ToolAdmin(TenantScopedAdmin):
                 "fields": (
                     "review_badge",
                     "current_revision",
-                    "approved_revision",
+                    "approved_revision_display",
                     "approved_at",
                     "approved_by",
                 )
@@ -156,7 +163,7 @@ class ToolAdmin(TenantScopedAdmin):
         "active_state",
         "review_badge",
         "current_revision",
-        "approved_revision",
+        "approved_revision_display",
         "approved_at",
         "approved_by",
         "title",
@@ -203,6 +210,23 @@ class ToolAdmin(TenantScopedAdmin):
             '<span class="ts-badge ts-{}">{}</span>',
             REVIEW_TONES.get(obj.review_state, "muted"),
             obj.get_review_state_display(),
+        )
+
+    @admin.display(description="Approved revision")
+    def approved_revision_display(self, obj: Tool) -> str:
+        if obj.approved_revision_id is None:
+            return "—"
+        number = obj.approved_revision.number
+        if number == obj.current_revision:
+            return format_html("{} (the current one)", number)
+        url = reverse("admin:tools_tool_diff", args=[obj.pk])
+        return format_html(
+            '{} · <a href="{}?a={}&amp;b={}">compare with the current revision {}</a>',
+            number,
+            url,
+            number,
+            obj.current_revision,
+            obj.current_revision,
         )
 
     @admin.display(description="Qualified name")
@@ -300,15 +324,15 @@ class ToolAdmin(TenantScopedAdmin):
             *super().get_urls(),
         ]
 
-    def _tool_or_404(self, request: HttpRequest, object_id: str) -> Tool:
-        tool = self.get_object(request, object_id)
-        if tool is None or not self.has_view_permission(request, tool):
-            raise Http404("no such tool")
+    def _tool_or_deny(self, request: HttpRequest, object_id: str) -> Tool:
+        tool = self.object_in_scope(request, object_id)
+        if not self.has_view_permission(request, tool):
+            raise PermissionDenied("you may not view tools")
         return tool
 
     def diff_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Two revisions of a tool side by side (`?a=<number>&b=<number>`)."""
-        tool = self._tool_or_404(request, object_id)
+        tool = self._tool_or_deny(request, object_id)
         numbers = list(
             ToolRevision.objects.filter(tool=tool)
             .order_by("number")
@@ -352,7 +376,7 @@ class ToolAdmin(TenantScopedAdmin):
 
     def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST: approve the tool's current revision (the button on its page)."""
-        tool = self._tool_or_404(request, object_id)
+        tool = self._tool_or_deny(request, object_id)
         if not self.has_approve_permission(request):
             raise PermissionDenied("you may not approve tools")
         change_url = reverse("admin:tools_tool_change", args=[tool.pk])

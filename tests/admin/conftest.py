@@ -26,6 +26,13 @@ STAFF_PERMISSIONS = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    # Test users only: the default hasher costs ~0.3 s per user, and a
+    # permission matrix makes seven of them per test.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def grant(user: Any, perms: Iterable[str]) -> Any:
     for dotted in perms:
         app_label, codename = dotted.split(".")
@@ -82,3 +89,38 @@ def served_gateway(
         return gateway, server
 
     return make
+
+
+# Who may do what in the admin (SPEC 6 roles, issue 6): the expected status of
+# an object page for each kind of user, and whether they may refresh.
+ROLES = ("superuser", "owner", "admin", "member", "viewer", "outsider")
+PAGE_STATUS = {
+    "superuser": 200,
+    "owner": 200,
+    "admin": 200,
+    "member": 403,  # own tenant, below the admin floor
+    "viewer": 403,
+    "outsider": 404,  # another tenant's admin: as if it did not exist
+}
+
+
+@pytest.fixture
+def people(
+    make_staff: Callable[..., Any], superuser: Any, tenant: Any
+) -> dict[str, Any]:
+    """One user per role in `tenant`, plus an admin of another tenant."""
+    other = factories.TenantFactory(slug="elsewhere")
+    return {
+        "superuser": superuser,
+        "owner": make_staff(tenant=tenant, role="owner", username="owner"),
+        "admin": make_staff(tenant=tenant, role="admin", username="tadmin"),
+        "member": make_staff(tenant=tenant, role="member", username="member"),
+        "viewer": make_staff(tenant=tenant, role="viewer", username="viewer"),
+        "outsider": make_staff(tenant=other, role="admin", username="outsider"),
+        "no_refresh_perm": make_staff(
+            tenant=tenant,
+            role="admin",
+            username="noperm",
+            perms=[p for p in STAFF_PERMISSIONS if p != "gateways.refresh_gateway"],
+        ),
+    }

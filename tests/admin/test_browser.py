@@ -1,232 +1,218 @@
 """The admin's refresh path in a real browser: Playwright driving Debian's Chromium.
 
-Log in, open the demo gateway, Refresh, read the preview's counts, change
-the server, Apply and see the stale preview refused with the new one shown,
-Apply that, see tools and revisions updated, compare two revisions, approve a
-changed tool. Screenshots go to `test-artifacts/`; with
-TOOLSYNC_UPDATE_SCREENSHOTS=1 the preview also replaces the README's
-`docs/admin-preview.png`.
+The demo of `make run` (same tenant, login, gateway and skill, set up by the
+`run_demo` command's own code) on a real MCP test server: log in, approve the
+first catalog, read the gateway list, open the demo gateway, Refresh, read the
+preview's counts, change an option (a new preview, nothing written), change
+the server and click Apply (refused as stale; the new preview is shown), Apply
+that, see tools and revisions updated, compare two revisions, approve a
+changed tool.
 
-The browser is the system package (`apt-get install chromium`, which `.ci/run`
-does); Playwright never downloads one.
+Screenshots are artifacts in `test-artifacts/`; with
+TOOLSYNC_UPDATE_SCREENSHOT=1 the preview also replaces the README's
+`docs/admin-preview.png` (CI leaves the tree clean).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from gateways.models import Gateway
-from gateways.services import gateway_create, membership_set, tenant_get_or_create
+from refresh.management.commands import run_demo
 from refresh.models import RefreshRun
+from refresh.normalize import normalize_tools
 from refresh.options import RefreshOptions
-from refresh.services import refresh_gateway
+from refresh.services import normalize_limits, refresh_gateway
+from skills.models import Skill
+from tests.browser import ROOT, log_in
 from tools.models import Tool, ToolRevision
-from tools.services import tool_approve
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
 DOCS_SCREENSHOT = ROOT / "docs" / "admin-preview.png"
-CHROMIUM = os.environ.get("TOOLSYNC_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-]
-PASSWORD = "toolsync-demo"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A Chromium page; a missing browser fails loudly (CI installs it)."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` "
-            "(.ci/run does this); browsers are never downloaded by Playwright here"
-        )
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread between calls;
-    # the ORM calls this test makes in between are plain synchronous code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1360, "height": 900})
-        context.set_default_timeout(60_000)
-        tab = context.new_page()
-        try:
-            yield tab
-        finally:
-            context.close()
-            browser.close()
-
-
-def shot(page: Any, name: str) -> Path:
-    target = ARTIFACTS / f"admin-{name}.png"
-    page.screenshot(path=str(target), full_page=True)
-    return target
 
 
 def card(page: Any, key: str) -> int:
     return int(page.locator(f"#ts-summary [data-count={key}] .ts-card-n").inner_text())
 
 
-def expected_counts(gateway: Gateway, server: Any, changed: set[str]) -> dict[str, int]:
-    """What the preview must say, from the server's live state and our rows."""
-    offered = set(server.state()["names"])
-    rows = set(Tool.objects.filter(gateway=gateway).values_list("name", flat=True))
-    updated = {n for n in changed if n in rows and n in offered}
+def expected_counts(gateway: Gateway, server: Any) -> dict[str, int]:
+    """What a preview must say: the server's live catalog hashed against our rows."""
+    offered = normalize_tools(server.snapshot()["tools"], normalize_limits())
+    assert not offered.skipped
+    hashes = {e.key: e.spec_hash for e in offered.entries}
+    active = dict(
+        Tool.objects.filter(gateway=gateway, active=True).values_list(
+            "name", "spec_hash"
+        )
+    )
+    both = hashes.keys() & active.keys()
+    updated = {n for n in both if hashes[n] != active[n]}
     return {
-        "added": len(offered - rows),
+        "added": len(hashes.keys() - active.keys()),
         "updated": len(updated),
-        "disappeared": len(rows - offered),
-        "unchanged": len((rows & offered) - updated),
+        "disappeared": len(active.keys() - hashes.keys()),
+        "unchanged": len(both - updated),
+        "returning": 0,
+        "skipped": 0,
     }
 
 
-@pytest.fixture
-def demo(mcp_server_factory: Any) -> tuple[Gateway, Any, Any]:
-    """The demo of `make run`: tenant "demo", the bundled server, a first apply.
+def assert_cards(page: Any, want: dict[str, int]) -> None:
+    assert {key: card(page, key) for key in want} == want
 
-    Set up before the browser starts: Playwright's sync API keeps an event
-    loop in this thread, and the probe runs its own.
+
+@pytest.fixture
+def demo(mcp_server_factory: Any) -> tuple[Gateway, Any, Skill]:
+    """What `make run` sets up: login, tenant, demo gateway, first apply, demo skill.
+
+    Done before the browser starts: the probe runs an event loop of its own.
     """
     server = mcp_server_factory(tools=25, prompts=3)
-    user = get_user_model().objects.create_superuser(
-        "admin", "admin@example.com", PASSWORD
-    )
-    tenant = tenant_get_or_create(slug="demo", name="Demo")
-    membership_set(user=user, tenant=tenant, role="owner")
-    gateway = gateway_create(
-        tenant=tenant, name="Demo MCP server", prefix="demo", url=server.url
-    )
+    command = run_demo.Command()
+    command._admin_login()
+    gateway = command._demo_gateway(server.url)
     refresh_gateway(
         gateway=gateway,
         trigger=RefreshRun.Trigger.CLI,
         options=RefreshOptions(apply=True),
     )
-    for tool in Tool.objects.filter(gateway=gateway):
-        tool_approve(tool=tool, user=user)
-    return gateway, server, user
+    command._demo_skill(gateway)
+    gateway.refresh_from_db()
+    return gateway, server, Skill.objects.get(name="demo/starter")
 
 
 def test_refresh_preview_stale_apply_and_approve_in_a_browser(
-    demo: tuple[Gateway, Any, Any], page: Any, live_server: Any
+    demo: tuple[Gateway, Any, Skill], page: Any, screenshot: Any
 ) -> None:
-    gateway, server, _user = demo
-    assert Tool.objects.filter(gateway=gateway).count() == 25
+    gateway, server, skill = demo
+    log_in(page, run_demo.DEMO_USER, run_demo.DEMO_PASSWORD)
 
-    # Log in and open the demo gateway from the list.
-    page.goto(f"{live_server.url}/admin/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.click("text=Gateways")
-    row = page.locator("#result_list tbody tr", has_text="demo")
+    # The first catalog is pending review: approve all of it from the tool list.
+    page.click("tr.model-tool th a")
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 25
+    page.check("#action-toggle")
+    page.select_option("select[name=action]", "approve_selected")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist .success")
+    assert "Approved 25 tools" in page.locator(".messagelist").inner_text()
+    assert not Tool.objects.exclude(review_state="approved").exists()
+
+    # The gateway list: health, last refresh with its counts, tools, schedule.
+    page.click("#nav-sidebar tr.model-gateway th a")
+    row = page.locator("#result_list tbody tr", has_text="Demo MCP server")
     assert row.locator("td.field-tool_count").inner_text().strip() == "25"
-    assert "applied" in row.locator("td.field-last_refresh").inner_text()
-    shot(page, "1-gateways")
+    last = row.locator("td.field-last_refresh").inner_text()
+    assert "applied" in last and "+25" in last
+    assert "every 60 s" in row.locator("td.field-next_refresh").inner_text()
+    assert row.locator("td.field-health_badge").inner_text().strip()
+    screenshot("1-gateways")
+
+    # The server changes (one of the demo skill's tools goes); Refresh previews it.
+    named = sorted(t.split("__", 1)[1] for t in skill.current_revision.tools)
+    server.mutate(change=0.2, add=0.12, remove=0.0, seed=11)
+    server.remove_tools([named[0]])
+    want = expected_counts(gateway, server)
+    assert want["added"] and want["updated"] and want["disappeared"] == 1
     row.locator("th a").click()
     page.wait_for_selector("#ts-refresh")
-
-    # The server changes; Refresh previews it.
-    first = server.mutate(change=0.2, add=0.12, remove=0.12, seed=11)
-    changed = set(first["changed"])
-    want = expected_counts(gateway, server, changed)
-    assert want["added"] and want["updated"] and want["disappeared"]
+    screenshot("2-gateway")
     page.click("#ts-refresh")
     page.wait_for_selector("#ts-apply-form")
-    for key, count in want.items():
-        assert card(page, key) == count, key
-    assert "Dry run" in page.locator("#ts-note").inner_text()
-    updated_group = page.locator("[data-group=updated]")
-    assert updated_group.locator("tbody.ts-item").count() == want["updated"]
+    assert_cards(page, want)
+    assert page.locator("#ts-note").inner_text().startswith("Dry run:")
+    updated = page.locator("[data-group=updated] tbody.ts-item")
+    assert updated.count() == want["updated"]
     assert page.locator("[data-group=updated] .ts-field").count() >= want["updated"]
-    preview_png = shot(page, "2-preview")
-    if os.environ.get("TOOLSYNC_UPDATE_SCREENSHOTS") == "1":
+    gone = page.locator(f"[data-group=disappeared] [data-item='{named[0]}']")
+    assert "keep it active" in gone.inner_text()
+    referenced = page.locator("#ts-referenced").inner_text()
+    assert named[0] in referenced and "demo/starter@1" in referenced
+    added = page.locator("[data-group=added] tbody.ts-item").first.inner_text()
+    assert "create it (write, gated, pending review)" in added
+    preview_png = screenshot("3-preview")
+    if os.environ.get("TOOLSYNC_UPDATE_SCREENSHOT") == "1":
         shutil.copyfile(preview_png, DOCS_SCREENSHOT)
+    revisions = ToolRevision.objects.filter(tool__gateway=gateway).count()
 
-    # The server changes again before Apply: nothing written, new preview shown.
-    second = server.mutate(change=0.1, add=0.08, remove=0.0, seed=12)
-    changed |= set(second["changed"])
-    revisions_before = ToolRevision.objects.filter(tool__gateway=gateway).count()
+    # Another option is another plan: a new preview first, nothing written.
+    page.check("#id_deactivate_missing")
+    page.click("#ts-apply")
+    page.wait_for_selector(".messagelist .warning")
+    assert "options differ" in page.locator(".messagelist").inner_text()
+    assert page.is_checked("#id_deactivate_missing")
+    assert "deactivate it" in page.locator(f"[data-item='{named[0]}']").inner_text()
+    assert_cards(page, want)
+    assert ToolRevision.objects.filter(tool__gateway=gateway).count() == revisions
+
+    # The server changes again before Apply: nothing written, the new preview shown.
+    server.mutate(change=0.1, add=0.08, remove=0.0, seed=12)
     page.click("#ts-apply")
     page.wait_for_selector("#ts-stale")
     assert (
         "server changed since the preview" in page.locator(".messagelist").inner_text()
     )
-    assert (
-        ToolRevision.objects.filter(tool__gateway=gateway).count() == revisions_before
-    )
+    assert ToolRevision.objects.filter(tool__gateway=gateway).count() == revisions
     assert Tool.objects.filter(gateway=gateway).count() == 25
-    want = expected_counts(gateway, server, changed)
-    for key, count in want.items():
-        assert card(page, key) == count, key
-    shot(page, "3-stale-preview")
+    want = expected_counts(gateway, server)
+    assert_cards(page, want)
+    assert page.is_checked("#id_deactivate_missing")
+    screenshot("4-stale-preview")
 
     # Apply the new preview: tools and revisions follow the server.
     page.click("#ts-apply")
     page.wait_for_selector(".messagelist .success")
-    assert "Applied" in page.locator(".messagelist").inner_text()
-    assert "applied" in page.locator(".field-outcome_badge").inner_text()
-    shot(page, "4-applied-run")
+    assert "Applied:" in page.locator(".messagelist").inner_text()
+    assert page.locator(".field-outcome_badge .ts-badge").inner_text() == "applied"
+    assert page.locator("#ts-summary [data-count=deactivated]").inner_text()
+    assert "demo/starter" in page.locator("#ts-skills").inner_text()
+    screenshot("5-applied-run")
     offered = set(server.state()["names"])
-    names = set(Tool.objects.filter(gateway=gateway).values_list("name", flat=True))
-    assert offered <= names  # added ones exist; disappeared ones kept (not deleted)
-    changed_tools = Tool.objects.filter(
-        gateway=gateway, review_state=Tool.ReviewState.CHANGED
+    active = set(
+        Tool.objects.filter(gateway=gateway, active=True).values_list("name", flat=True)
     )
+    assert active == offered
+    assert not Tool.objects.get(gateway=gateway, name=named[0]).active  # not deleted
+    changed_tools = Tool.objects.filter(gateway=gateway, review_state="changed")
     assert changed_tools.count() == want["updated"]
-    assert all(t.current_revision == 2 for t in changed_tools)
+    assert {t.current_revision for t in changed_tools} == {2}
+    skill.refresh_from_db()
+    assert skill.status == "failed"
 
-    # Review: the changed tools, one tool's revisions, a side-by-side diff.
+    # The changed tools, one tool's revisions, a side-by-side diff.
     page.goto(
-        f"{live_server.url}/admin/tools/tool/?gateway__id__exact={gateway.pk}"
-        "&review_state__exact=changed"
+        f"/admin/tools/tool/?gateway__id__exact={gateway.pk}&review_state__exact=changed"
     )
     assert page.locator("#result_list tbody tr").count() == want["updated"]
     target = changed_tools.order_by("name").first()
     assert target is not None
     page.click(f"#result_list a:text-is('{target.name}')")
     page.wait_for_selector("#ts-since-approval")
-    assert (
-        page.locator(
-            "#revisions-group tbody tr.has_original, #revisions-group tbody tr"
-        )
-        .filter(has_text="run")
-        .count()
-        >= 2
-    )
-    shot(page, "5-changed-tool")
+    inline = page.locator("#revisions-group tbody tr.has_original")
+    assert inline.count() == 2
+    assert "compare with #1" in inline.first.inner_text()
+    screenshot("6-changed-tool")
     page.click("#ts-compare")
     page.wait_for_selector(".ts-fieldcmp")
-    assert page.locator(".ts-fieldcmp .ts-badge.ts-warn").count() >= 1
-    shot(page, "6-revision-diff")
-
-    # Approve it with the list action.
-    page.goto(
-        f"{live_server.url}/admin/tools/tool/?gateway__id__exact={gateway.pk}"
-        "&review_state__exact=changed"
+    moved = page.locator(".ts-fieldcmp:not(.ts-same)")
+    assert moved.count() >= 1
+    assert all(
+        name in ToolRevision.objects.get(tool=target, number=2).changed_fields
+        for name in moved.evaluate_all("els => els.map(e => e.dataset.field)")
     )
-    page.locator("#result_list tbody tr", has_text=target.name).locator(
-        "input.action-select"
-    ).check()
-    page.select_option("select[name=action]", "approve_selected")
-    page.click("button[name=index]")
+    screenshot("7-revision-diff")
+
+    # Approve it with the button on its page.
+    page.click(f"a:text-is('{target.name}')")
+    page.click("#ts-approve")
     page.wait_for_selector(".messagelist .success")
-    assert "Approved 1 tool" in page.locator(".messagelist").inner_text()
-    shot(page, "7-approved")
+    assert f"Approved revision 2 of {target.name}" in page.inner_text(".messagelist")
+    screenshot("8-approved")
     target.refresh_from_db()
     assert target.review_state == Tool.ReviewState.APPROVED
-    assert target.approved_revision is not None
     assert target.approved_revision.number == 2

@@ -2,39 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
 
 from skills.models import Skill
-from tests import factories
+from tests import browser, factories
 
-playwright = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PASSWORD = "browser-pw-123"
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(CHROMIUM is None, reason="needs a Chromium binary"),
-]
-
-
-@pytest.fixture
-def page(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    # Playwright's sync API runs an event loop in this thread; the ORM calls
-    # the test makes between page actions are still plain synchronous ones.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        context = browser.new_context(base_url=live_server.url)
-        tab = context.new_page()
-        tab.set_default_timeout(15_000)
-        yield tab
-        browser.close()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def tenant_admin(tenant: Any, username: str = "skiller") -> Any:
@@ -47,11 +25,7 @@ def tenant_admin(tenant: Any, username: str = "skiller") -> Any:
 
 
 def log_in(page: Any, username: str) -> None:
-    page.goto("/admin/login/?next=/admin/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/admin/")
+    browser.log_in(page, username, PASSWORD)
 
 
 def test_create_see_failure_fix_and_see_revisions(page, tenant, catalog):
@@ -132,18 +106,19 @@ def test_preview_names_the_revisions_then_apply_fails_the_skill(
     log_in(page, "skiller")
 
     page.goto(f"/admin/gateways/gateway/{gateway.pk}/refresh/")
-    page.locator("form[method=post] [type=submit]").first.click()
+    page.click("#ts-refresh-submit")
     page.wait_for_url(f"**/admin/gateways/gateway/{gateway.pk}/refresh/*/")
     preview = page.content()
     assert "demo/triage@1" in preview and "demo/triage@2" in preview
     assert Skill.objects.get(name="demo/triage").status == "ok"  # nothing applied yet
 
-    page.check("input[name=deactivate_missing]")
-    page.locator(
-        "form[method=post] [type=submit][name=apply], "
-        "form[method=post] button[name=apply]"
-    ).first.click()
-    page.wait_for_load_state()
+    # Another option is another plan: first its preview, then Apply writes it.
+    page.check("#id_deactivate_missing")
+    page.click("#ts-apply")
+    page.wait_for_selector(".messagelist .warning")
+    assert Skill.objects.get(name="demo/triage").status == "ok"
+    page.click("#ts-apply")
+    page.wait_for_selector(".messagelist .success")
     skill.refresh_from_db()
     assert (skill.status, skill.missing) == ("failed", [f"demo__{first}"])
     page.goto(f"/admin/skills/skill/{skill.pk}/change/")
