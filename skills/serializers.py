@@ -51,7 +51,12 @@ class SkillSerializer(serializers.ModelSerializer):
 class SkillRevisionSerializer(serializers.ModelSerializer):
     """One immutable revision."""
 
-    author = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    author = serializers.SlugRelatedField(
+        slug_field="username",
+        read_only=True,
+        allow_null=True,
+        help_text="Who wrote the revision (null when written by a command or deleted).",
+    )
 
     class Meta:
         model = SkillRevision
