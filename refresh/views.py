@@ -129,8 +129,11 @@ _ERROR_EXAMPLES = {
 }
 
 
-def refresh_schema(request_serializer: type, *, extra_422: str) -> Any:
+def refresh_schema(
+    request_serializer: type, *, extra_422: str, by_prefix: bool = False
+) -> Any:
     """The OpenAPI description shared by both refresh endpoints."""
+    named = {"prefix": "crm"} if by_prefix else {}
     return extend_schema(
         request=request_serializer,
         responses={
@@ -166,12 +169,12 @@ def refresh_schema(request_serializer: type, *, extra_422: str) -> Any:
         examples=[
             OpenApiExample(
                 "Dry run",
-                value={"apply": False},
+                value={**named, "apply": False},
                 request_only=True,
             ),
             OpenApiExample(
                 "Apply, deactivating what disappeared",
-                value={"apply": True, "deactivate_missing": True},
+                value={**named, "apply": True, "deactivate_missing": True},
                 request_only=True,
             ),
             OpenApiExample("Report", value=_REPORT_EXAMPLE, response_only=True),
@@ -219,6 +222,7 @@ class ToolsRefreshView(APIView):
         PrefixRefreshRequestSerializer,
         extra_422=", `prefix_not_imported` (no imported tool has this prefix), "
         "`prefix_ambiguous` (its tools belong to two servers)",
+        by_prefix=True,
     )
     def post(self, request: Request) -> Response:
         serializer = PrefixRefreshRequestSerializer(data=request.data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from django.db import connection
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -37,7 +37,10 @@ class HealthzView(APIView):
                     "database": serializers.ChoiceField(choices=["ok"]),
                 },
             ),
-            503: ErrorEnvelopeSerializer,
+            503: OpenApiResponse(
+                ErrorEnvelopeSerializer,
+                description="`unhealthy`: the database is not reachable.",
+            ),
         },
     )
     def get(self, request: Request) -> Response:
