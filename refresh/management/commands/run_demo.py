@@ -3,8 +3,8 @@
 Migrates the embedded SQLite database, creates a demo tenant and an admin
 login, starts the bundled demo MCP server (its catalog changes every minute),
 registers it, runs a first refresh and prints the report, then starts the web
-server and the background processes and supervises them until Ctrl-C. Every
-child is stopped by its PID.
+server and the background processes (worker, beat, notification listener) and
+supervises them until Ctrl-C. Every child is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ def background_processes(python: str, web_port: int) -> list[tuple[str, list[str
                 str(Path(settings.VAR_DIR) / "beat.pid"),
             ],
         ),
+        # The notification listener: a list_changed from the demo server is
+        # debounced and refreshed through the worker (docs/events.md).
+        ("listener", [python, "manage.py", "listen"]),
     ]
 
 
@@ -127,7 +130,11 @@ class Command(BaseCommand):
                     f"\nToolsync is running: http://127.0.0.1:{opts['web_port']}/admin/ "
                     f"(login {DEMO_USER} / {DEMO_PASSWORD})\n"
                     f"Demo MCP server: {mcp_url} - its catalog changes every "
-                    f"{opts['mutate_every']:g} s. Logs: {var}/*.log. Ctrl-C stops everything."
+                    f"{opts['mutate_every']:g} s. Logs: {var}/*.log. Ctrl-C stops everything.\n"
+                    "Change its catalog now (it announces the change; the listener "
+                    "refreshes within about a second):\n"
+                    f"  curl -s -X POST http://127.0.0.1:{opts['mcp_port']}/control/mutate "
+                    "-H 'Content-Type: application/json' -d '{\"add\": 0.2}'"
                 )
             )
             self._supervise(children)
