@@ -16,7 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gateways.models import Gateway, Tenant
+from gateways.models import Gateway
 from gateways.serializers import (
     STDIO_ONLY_FIELDS,
     GatewayCreateSerializer,
@@ -25,9 +25,9 @@ from gateways.serializers import (
 )
 from gateways.services import gateway_create, gateway_delete, gateway_update
 from project.api.filters import StrictFilterSet
-from project.api.permissions import RoleFloorMixin, require_role
+from project.api.permissions import RoleFloorMixin
 from project.api.serializers import ErrorEnvelopeSerializer
-from project.api.tenancy import TenantScopedQuerysetMixin, tenant_ids
+from project.api.tenancy import TenantScopedQuerysetMixin, tenant_for_write
 from refresh.serializers import RefreshRequestSerializer
 from refresh.views import refresh_response, refresh_schema
 
@@ -40,30 +40,6 @@ class GatewayFilter(StrictFilterSet):
     class Meta:
         model = Gateway
         fields = ["tenant", "prefix", "enabled", "health", "transport", "auth_type"]
-
-
-def tenant_for_write(request: Request, slug: str | None, *, role: str) -> Tenant:
-    """The tenant a create acts in: the one named, or the caller's only one.
-
-    A slug the caller holds no role in reads as unknown, never as forbidden:
-    like another tenant's objects everywhere in the API, it is not a hint.
-    """
-    if slug:
-        tenant = Tenant.objects.filter(slug=slug, pk__in=tenant_ids(request)).first()
-        if tenant is None:
-            raise exceptions.ValidationError({"tenant": ["No such tenant."]})
-        require_role(request, tenant.pk, role)
-        return tenant
-    eligible = tenant_ids(request, min_role=role)
-    if not eligible:
-        raise exceptions.PermissionDenied(
-            f"This needs the {role} role (or higher) in the tenant."
-        )
-    if len(eligible) > 1:
-        raise exceptions.ValidationError(
-            {"tenant": [f"You hold the {role} role in several tenants; name one."]}
-        )
-    return Tenant.objects.get(pk=eligible[0])
 
 
 def require_superuser_for_stdio(request: Request, data: dict[str, Any]) -> None:

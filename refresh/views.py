@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django_filters
 from django.db.models import Count
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import viewsets
@@ -287,6 +288,12 @@ def _prefix_error(code: str) -> dict[str, str]:
 
 
 class RefreshRunFilter(StrictFilterSet):
+    # A plain id, not a model choice: an id of another tenant's gateway must
+    # answer exactly like one that does not exist (an empty page, no 422).
+    gateway = django_filters.NumberFilter(
+        field_name="gateway_id", help_text="Gateway id."
+    )
+
     class Meta:
         model = RefreshRun
         fields = ["gateway", "status", "trigger", "applied"]

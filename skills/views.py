@@ -10,11 +10,10 @@ from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gateways.models import Tenant
 from project.api.errors import ApiError
 from project.api.pagination import PageNumberPagination
-from project.api.permissions import RoleFloorMixin, require_role
-from project.api.tenancy import TenantScopedQuerysetMixin, tenant_ids
+from project.api.permissions import RoleFloorMixin
+from project.api.tenancy import TenantScopedQuerysetMixin, tenant_for_write
 from skills import selectors, services
 from skills.exceptions import SkillError, SkillInvalid
 from skills.models import Skill
@@ -37,26 +36,6 @@ def _as_api_error(exc: SkillError) -> exceptions.APIException:
     return ApiError(
         exc.message, code=exc.code, status_code=exc.status, details=exc.details
     )
-
-
-def _tenant_for(request: Request, slug: str | None, *, role: str) -> Tenant:
-    """The tenant a create or refresh acts in: the one named, or the caller's only one.
-
-    A slug the caller holds no role in reads as unknown (never "forbidden"),
-    as another tenant's objects do everywhere in the API.
-    """
-    if slug:
-        tenant = Tenant.objects.filter(slug=slug, pk__in=tenant_ids(request)).first()
-        if tenant is None:
-            raise exceptions.ValidationError({"tenant": ["No such tenant."]})
-        require_role(request, tenant.pk, role)
-        return tenant
-    eligible = tenant_ids(request, min_role=role)
-    if len(eligible) != 1:
-        raise exceptions.ValidationError(
-            {"tenant": [f"You hold the {role} role in several tenants; name one."]}
-        )
-    return Tenant.objects.get(pk=eligible[0])
 
 
 class SkillViewSet(
@@ -119,7 +98,9 @@ class SkillViewSet(
         """Create a skill at revision 1; its status is computed at once."""
         data = SkillCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        tenant = _tenant_for(request, data.validated_data.get("tenant"), role="admin")
+        tenant = tenant_for_write(
+            request, data.validated_data.get("tenant"), role="admin"
+        )
         skill = services.skill_create(
             tenant=tenant,
             name=data.validated_data["name"],
@@ -168,7 +149,9 @@ class SkillViewSet(
         """Recompute and validate one skill (`name`) or all of the tenant's."""
         data = SkillRefreshInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        tenant = _tenant_for(request, data.validated_data.get("tenant"), role="member")
+        tenant = tenant_for_write(
+            request, data.validated_data.get("tenant"), role="member"
+        )
         registry = SkillRegistry(tenant=tenant)
         name = data.validated_data.get("name")
         result = registry.refresh(name) if name else registry.refresh_all()

@@ -31,6 +31,11 @@ from tools.serializers import (
 
 
 class ToolFilter(StrictFilterSet):
+    # A plain id, not a model choice: an id of another tenant's gateway must
+    # answer exactly like one that does not exist (an empty page, no 422).
+    gateway = django_filters.NumberFilter(
+        field_name="gateway_id", help_text="Gateway id."
+    )
     tenant = django_filters.CharFilter(
         field_name="gateway__tenant__slug", help_text="Tenant slug."
     )

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from rest_framework import exceptions
 from rest_framework.request import Request
 
-from gateways.models import ROLE_RANK, Membership
+from gateways.models import ROLE_RANK, Membership, Tenant
 
 _CACHE_ATTR = "_toolsync_member_roles"
 
@@ -70,3 +71,30 @@ class TenantScopedQuerysetMixin:
         if getattr(self, "swagger_fake_view", False):
             return qs.none()  # schema generation: no request user
         return qs.filter(**{f"{self.tenant_lookup}__in": tenant_ids(self.request)})
+
+
+def tenant_for_write(request: Request, slug: str | None, *, role: str) -> Tenant:
+    """The tenant a create acts in: the one named, or the caller's only one.
+
+    A slug the caller holds no role in reads as unknown, never as forbidden:
+    like another tenant's objects everywhere in the API, it is not a hint.
+    """
+    if slug:
+        tenant = Tenant.objects.filter(slug=slug, pk__in=tenant_ids(request)).first()
+        if tenant is None:
+            raise exceptions.ValidationError({"tenant": ["No such tenant."]})
+        if not has_role(request, tenant.pk, role):
+            raise exceptions.PermissionDenied(
+                f"This needs the {role} role (or higher) in the tenant."
+            )
+        return tenant
+    eligible = tenant_ids(request, min_role=role)
+    if not eligible:
+        raise exceptions.PermissionDenied(
+            f"This needs the {role} role (or higher) in the tenant."
+        )
+    if len(eligible) > 1:
+        raise exceptions.ValidationError(
+            {"tenant": [f"You hold the {role} role in several tenants; name one."]}
+        )
+    return Tenant.objects.get(pk=eligible[0])
