@@ -56,6 +56,9 @@ def run(ctx) -> str:
             f"- N={r['n']:,}: no-op {noop_ratio:.2f}x (target <= 1.3x) "
             f"{'meets' if noop_ratio <= 1.3 else 'MISSES'}; change {change_ratio:.2f}x "
             f"(target <= 1.5x) {'meets' if change_ratio <= 1.5 else 'MISSES'}; "
+            f"engine time beyond the probe: no-op "
+            f"{(r['noop_s'] - r['probe_only_s']) * 1000:.0f} ms, change "
+            f"{(r['change_s'] - r['probe_only_s']) * 1000:.0f} ms; "
             f"last change round {r['change_summary']}"
         )
     noop_queries = {r["noop_queries"] for r in rows}
@@ -68,4 +71,18 @@ def run(ctx) -> str:
         f"- peak RSS at N={big['n']:,}: {big['peak_rss_mb']:.0f} MB (target <= 300 MB) "
         f"{'meets' if big['peak_rss_mb'] <= 300 else 'MISSES'}"
     )
-    return "\n".join(lines + [""] + verdicts) + "\n"
+    why = [
+        "",
+        "Why the small sizes miss the ratios: the test server answers on loopback, so "
+        "a 100-tool probe takes ~15 ms, while every run pays a fixed ~10-15 ms of "
+        "bookkeeping whatever the size: recording the run, taking and releasing "
+        "the lease in two short transactions (SPEC 4), reading the stored rows, "
+        "the skills check, the report and the run's final UPDATE (17 queries in "
+        "all, constant in N). Against a real remote server a probe costs network "
+        "round trips per page (tens of ms each), and the same fixed cost becomes a "
+        "few percent; at 10,000 tools, where the per-tool work dominates, both "
+        "ratios are met. The fixed cost is not moved outside the measured refresh "
+        "(for instance by skipping the lease or the run record), because it is "
+        "what makes a refresh safe and auditable.",
+    ]
+    return "\n".join(lines + [""] + verdicts + why) + "\n"
