@@ -12,9 +12,10 @@ from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
-from gateways.admin_scope import TenantScopedAdmin, can_refresh
+from gateways.admin_scope import GatewayListFilter, TenantScopedAdmin, can_refresh
 from refresh.admin_views import is_previewable
 from refresh.models import RefreshRun
 from refresh.presentation import counts_text, pretty, report_view, run_outcome
@@ -66,7 +67,7 @@ class RefreshRunAdmin(TenantScopedAdmin):
         "trigger",
         "outcome_badge",
         "counts",
-        "queued_at",
+        "queued",
         "duration",
         "requested_by",
     )
@@ -75,7 +76,7 @@ class RefreshRunAdmin(TenantScopedAdmin):
         OutcomeFilter,
         "trigger",
         "status",
-        ("gateway", admin.RelatedOnlyFieldListFilter),
+        GatewayListFilter,
     )
     list_select_related = ("gateway", "requested_by")
     search_fields = ("gateway__prefix", "gateway__name", "reason")
@@ -163,6 +164,13 @@ class RefreshRunAdmin(TenantScopedAdmin):
             return format_html('<span class="ts-muted">{}</span>', obj.reason[:120])
         return format_html(
             '<span class="ts-counts">{}</span>', counts_text(obj.summary)
+        )
+
+    @admin.display(description="Queued", ordering="queued_at")
+    def queued(self, obj: RefreshRun) -> str:
+        return format_html(
+            '<span class="ts-nowrap">{}</span>',
+            timezone.localtime(obj.queued_at).strftime("%Y-%m-%d %H:%M:%S"),
         )
 
     @admin.display(description="Duration", ordering="duration_ms")

@@ -21,10 +21,15 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from gateways.admin_scope import TenantScopedAdmin
+from gateways.admin_scope import GatewayListFilter, TenantScopedAdmin
 from refresh.presentation import icon_views, pretty, revision_diff
 from tools.models import TOOL_LOCAL_FIELDS, Prompt, Resource, Tool, ToolRevision
-from tools.services import ToolServiceError, tool_approve, tool_update_local
+from tools.services import (
+    ToolRevisionMismatch,
+    ToolServiceError,
+    tool_approve,
+    tool_update_local,
+)
 
 REVIEW_TONES = {
     Tool.ReviewState.APPROVED: "ok",
@@ -107,7 +112,7 @@ class ToolAdmin(TenantScopedAdmin):
         "updated_at",
     )
     list_filter = (
-        ("gateway", admin.RelatedOnlyFieldListFilter),
+        GatewayListFilter,
         "review_state",
         "active",
         "effect",
@@ -343,13 +348,13 @@ class ToolAdmin(TenantScopedAdmin):
         default_b = (
             tool.current_revision if tool.current_revision in numbers else numbers[-1]
         )
+        b = _number(request.GET.get("b"), default_b)
+        # Without `a`: what a reviewer compares against, the approved revision,
+        # else the one before `b`.
         approved = tool.approved_revision.number if tool.approved_revision_id else None
-        default_a = (
-            approved if approved and approved != default_b else max(1, default_b - 1)
-        )
-        a, b = (
-            _number(request.GET.get("a"), default_a),
-            _number(request.GET.get("b"), default_b),
+        a = _number(
+            request.GET.get("a"),
+            approved if approved and approved != b else max(1, b - 1),
         )
         revisions = {
             r.number: r
@@ -371,6 +376,9 @@ class ToolAdmin(TenantScopedAdmin):
             "fields": revision_diff(revisions[a].spec, revisions[b].spec),
             "approved_number": approved,
             "has_view_permission": True,
+            "can_approve_shown": b == tool.current_revision
+            and tool.review_state in NEEDS_REVIEW
+            and self.has_approve_permission(request),
         }
         return TemplateResponse(request, "admin/tools/tool/revision_diff.html", context)
 
@@ -383,8 +391,22 @@ class ToolAdmin(TenantScopedAdmin):
         if tool.review_state not in NEEDS_REVIEW:
             messages.info(request, "This tool's current revision is already approved.")
             return HttpResponseRedirect(change_url)
+        # The revision the reviewer was shown: a refresh that wrote a newer
+        # one in between must not get it approved unread.
+        seen = request.POST.get("revision", "")
         try:
-            approved = tool_approve(tool=tool, user=request.user)
+            approved = tool_approve(
+                tool=tool,
+                user=request.user,
+                revision=int(seen) if seen.isdigit() else None,
+            )
+        except ToolRevisionMismatch as exc:
+            messages.warning(
+                request,
+                f"Not approved: the server changed this tool while you were reading "
+                f"it; revision {exc.current} is current now. Review it, then approve.",
+            )
+            return HttpResponseRedirect(change_url)
         except ToolServiceError as exc:
             messages.error(request, f"Not approved: {exc}.")
             return HttpResponseRedirect(change_url)
@@ -433,7 +455,7 @@ class _CatalogEntryAdmin(TenantScopedAdmin):
 
     tenant_path = "gateway__tenant_id"
     list_select_related = ("gateway",)
-    list_filter = (("gateway", admin.RelatedOnlyFieldListFilter), "active")
+    list_filter = (GatewayListFilter, "active")
     readonly_fields = (
         "gateway",
         "spec_display",

@@ -13,6 +13,9 @@ from refresh.options import RefreshOptions
 from refresh.services import refresh_gateway
 from tests import factories
 
+# Real Celery workers on a real broker, for the list action's end-to-end test.
+from tests.schedule.conftest import broker, celery_cluster  # noqa: F401
+
 # What a tenant administrator's staff account is given in the admin.
 STAFF_PERMISSIONS = (
     "gateways.view_gateway",
