@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
@@ -85,6 +87,21 @@ class EnvelopeExceptionHandler(ExceptionHandler):
             return ApiError(str(exc), code=exc.code, status_code=VALIDATION_STATUS)
         if isinstance(exc, GatewayConfigError):
             return ApiError(str(exc), code=exc.code, status_code=VALIDATION_STATUS)
+        if isinstance(exc, RequestDataTooBig):
+            return ApiError(
+                "The request body is larger than this server accepts "
+                f"({settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes).",
+                code="request_too_large",
+                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
+        if isinstance(exc, SuspiciousOperation):
+            # Django's refusals of hostile requests (too many fields, bad
+            # multipart...) are the client's fault, never a 500.
+            return ApiError(
+                "The request was refused as malformed.",
+                code="bad_request",
+                status_code=status.HTTP_400_BAD_REQUEST,
+            )
         if isinstance(exc, DjangoValidationError):
             return exceptions.ValidationError(as_serializer_error(exc))
         return super().convert_known_exceptions(exc)

@@ -23,6 +23,7 @@ ERROR_DESCRIPTIONS = {
     "object answers 404 too): `not_found`.",
     "405": "Method not allowed: `method_not_allowed`.",
     "406": "Unacceptable Accept header: `not_acceptable`.",
+    "413": "Body larger than the server accepts: `request_too_large`.",
     "415": "Body is not `application/json`: `unsupported_media_type`.",
     "422": "Validation failed: `validation_error` with field paths in "
     "`details.errors`; unknown fields are rejected the same way.",
@@ -43,7 +44,7 @@ class AutoSchema(SpectacularAutoSchema):
         if "{" in self.path or self._is_list_view():
             codes.append("404")  # unknown id, or a page past the end
         if self.method in ("POST", "PUT", "PATCH"):
-            codes += ["400", "415", "422"]
+            codes += ["400", "413", "415", "422"]
         elif self.method == "GET" and self._is_list_view():
             codes.append("422")  # bad filter values
         return codes

@@ -113,3 +113,27 @@ def test_healthz(world: World):
     response = APIClient().get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "database": "ok"}
+
+
+def test_oversized_body_is_413_not_a_crash(world: World):
+    client = world.client("member")
+    body = json.dumps({"probe_credential": "x" * 3_000_000})
+    response = client.generic(
+        "POST",
+        f"/api/gateways/{world.gateway.pk}/tools/refresh",
+        body,
+        content_type="application/json",
+    )
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "request_too_large"
+
+
+def test_undecodable_body_is_400(world: World):
+    response = world.client("member").generic(
+        "POST",
+        f"/api/gateways/{world.gateway.pk}/tools/refresh",
+        b"\xff\xfe{",
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "parse_error"
