@@ -42,11 +42,18 @@ from refresh.services import refresh_gateway
 OPTION_HELP: dict[str, str] = {
     "apply_effect": "Move each tool's effect to the server's hint (read-only hint → "
     "read). Off: effects stay as they are; new tools are always write and gated.",
-    "deactivate_missing": "Deactivate tools the server no longer offers (complete "
-    "listings only). Nothing is ever deleted.",
-    "reactivate_returning": "Reactivate inactive tools the server offers again.",
+    "deactivate_missing": "Only when the listing was complete. Nothing is ever "
+    "deleted; off: they stay active.",
+    "reactivate_returning": "Off: inactive tools that are offered again stay inactive.",
     "include_prompts": "Also read and apply the server's prompts.",
     "include_resources": "Also read and apply the server's resources.",
+}
+OPTION_LABELS: dict[str, str] = {
+    "apply_effect": "Follow the server's effect hints",
+    "deactivate_missing": "Deactivate tools the server no longer offers",
+    "reactivate_returning": "Reactivate tools the server offers again",
+    "include_prompts": "Include prompts",
+    "include_resources": "Include resources",
 }
 OPTION_FIELDS = tuple(OPTION_HELP)
 
@@ -80,20 +87,33 @@ class ApplyForm(ProbeCredentialForm):
 
     preview_run = forms.IntegerField(widget=forms.HiddenInput, min_value=1)
     apply_effect = forms.BooleanField(
-        required=False, help_text=OPTION_HELP["apply_effect"]
+        required=False,
+        label=OPTION_LABELS["apply_effect"],
+        help_text=OPTION_HELP["apply_effect"],
     )
     deactivate_missing = forms.BooleanField(
-        required=False, help_text=OPTION_HELP["deactivate_missing"]
+        required=False,
+        label=OPTION_LABELS["deactivate_missing"],
+        help_text=OPTION_HELP["deactivate_missing"],
     )
     reactivate_returning = forms.BooleanField(
-        required=False, help_text=OPTION_HELP["reactivate_returning"]
+        required=False,
+        label=OPTION_LABELS["reactivate_returning"],
+        help_text=OPTION_HELP["reactivate_returning"],
     )
     include_prompts = forms.BooleanField(
-        required=False, help_text=OPTION_HELP["include_prompts"]
+        required=False,
+        label=OPTION_LABELS["include_prompts"],
+        help_text=OPTION_HELP["include_prompts"],
     )
     include_resources = forms.BooleanField(
-        required=False, help_text=OPTION_HELP["include_resources"]
+        required=False,
+        label=OPTION_LABELS["include_resources"],
+        help_text=OPTION_HELP["include_resources"],
     )
+
+    def option_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in OPTION_FIELDS]
 
     def chosen(self) -> dict[str, bool]:
         return {name: bool(self.cleaned_data.get(name)) for name in OPTION_FIELDS}

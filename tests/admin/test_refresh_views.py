@@ -26,7 +26,7 @@ from refresh.services import refresh_gateway
 from skills.services import skill_create
 from tests import factories
 from tests.admin.conftest import PAGE_STATUS, ROLES
-from tools.models import Tool, ToolRevision
+from tools.models import Prompt, Resource, Tool, ToolRevision
 
 pytestmark = pytest.mark.django_db
 
@@ -614,3 +614,36 @@ def test_a_caller_authenticated_gateway_asks_for_a_credential_and_keeps_none(
     assert not gateway.tools.exists()
     client.post(apply_url(gateway), {**apply_form(run), "probe_credential": secret})
     assert gateway.tools.count() == 2
+
+
+def test_prompts_and_resources_are_previewed_and_applied_when_included(
+    people: dict[str, Any], served_gateway: Any, client: Client
+) -> None:
+    gateway, _server = served_gateway(tools=2, prompts=2, resources=3)
+    client.force_login(people["admin"])
+    first = client.post(start_url(gateway), follow=True)
+    assert first.context["report"].sections == []  # not in the gateway's policy
+    included = {"include_prompts": "on", "include_resources": "on"}
+
+    page = client.post(
+        apply_url(gateway),
+        {"preview_run": first.context["run"].pk, "_preview": "1", **included},
+        follow=True,
+    )
+
+    sections = {s.kind: s for s in page.context["report"].sections}
+    assert {
+        k: {c.key: c.count for c in s.cards}["added"] for k, s in sections.items()
+    } == {
+        "prompts": 2,
+        "resources": 3,
+    }
+    html = page.content.decode()
+    assert 'id="ts-prompts"' in html and 'id="ts-resources"' in html
+    assert not Prompt.objects.filter(gateway=gateway).exists()
+    again = page.context["run"]
+    client.post(
+        apply_url(gateway), {"preview_run": again.pk, "_apply": "1", **included}
+    )
+    assert Prompt.objects.filter(gateway=gateway).count() == 2
+    assert Resource.objects.filter(gateway=gateway).count() == 3
