@@ -9,11 +9,13 @@ preview shows, and Apply writing exactly the catalog the preview showed.
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -647,3 +649,79 @@ def test_prompts_and_resources_are_previewed_and_applied_when_included(
     )
     assert Prompt.objects.filter(gateway=gateway).count() == 2
     assert Resource.objects.filter(gateway=gateway).count() == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_applying_one_preview_at_once_write_it_once(
+    served_gateway: Any, make_staff: Any, superuser: Any, tenant: Any
+) -> None:
+    """A double click, or two admins on the same preview: one refresh at a time."""
+    gateway, server = served_gateway(tools=6)
+    server.mutate(change=0.5, add=0.5, remove=0.0, seed=9)
+    preview = dry_run(gateway)
+    users = [superuser, make_staff(tenant=tenant, role="owner", username="second")]
+    clients = []
+    for user in users:
+        client = Client()
+        client.force_login(user)
+        clients.append(client)
+    barrier = threading.Barrier(len(clients))
+    statuses: list[int] = []
+
+    def click(client: Client) -> None:
+        barrier.wait()
+        try:
+            statuses.append(
+                client.post(apply_url(gateway), apply_form(preview)).status_code
+            )
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=click, args=(c,)) for c in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert statuses == [302, 302]
+    runs = list(
+        RefreshRun.objects.filter(gateway=gateway, trigger="admin").exclude(
+            pk=preview.pk
+        )
+    )
+    assert len(runs) == 2
+    wrote = [
+        r
+        for r in runs
+        if r.applied and r.summary.get("updated", 0) + r.summary.get("added", 0)
+    ]
+    # Exactly one run wrote the previewed changes; the other either found the
+    # lease taken (409 as a message) or, serialised after it, nothing to write.
+    assert len(wrote) == 1
+    other = next(r for r in runs if r is not wrote[0])
+    assert (other.status, other.error_code) == ("skipped", "refresh_in_progress") or (
+        other.applied and not any(other.summary.get(k) for k in ("added", "updated"))
+    )
+    for tool in Tool.objects.filter(gateway=gateway):
+        numbers = list(
+            tool.revisions.order_by("number").values_list("number", flat=True)
+        )
+        assert numbers == list(range(1, tool.current_revision + 1))
+        assert tool.current_revision <= 2
+
+
+def test_the_preview_of_an_applied_run_sends_you_to_its_record(
+    people: dict[str, Any], served_gateway: Any, client: Client
+) -> None:
+    gateway, _server = served_gateway(tools=2)
+    applied = latest_run(gateway)  # the fixture's first apply
+    client.force_login(people["admin"])
+    page = client.get(preview_url(gateway, applied), follow=True)
+    assert page.redirect_chain[-1][0] == reverse(
+        "admin:refresh_refreshrun_change", args=[applied.pk]
+    )
+    assert "not a preview that can be applied" in messages_of(page)[0]
+    other, _ = served_gateway(tools=1)
+    # A run of another gateway under this gateway's URL does not exist.
+    assert client.get(preview_url(gateway, latest_run(other))).status_code == 404

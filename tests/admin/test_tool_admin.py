@@ -10,7 +10,9 @@ import copy
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -415,3 +417,24 @@ def test_no_approve_action_without_the_permission(
     )
     tool.refresh_from_db()
     assert tool.review_state == "pending"
+
+
+def test_tool_list_queries_do_not_grow_with_tools(
+    people: dict[str, Any], client: Client, tenant: Any
+) -> None:
+    gateway = factories.GatewayFactory(tenant=tenant)
+    for n in range(3):
+        factories.ToolFactory(gateway=gateway, name=f"first_{n}")
+    client.force_login(people["admin"])
+    client.get(reverse(CHANGELIST))
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(reverse(CHANGELIST)).status_code == 200
+        return len(ctx.captured_queries)
+
+    few = queries()
+    other = factories.GatewayFactory(tenant=tenant)
+    for n in range(30):
+        factories.ToolFactory(gateway=other, name=f"more_{n}")
+    assert queries() == few
