@@ -1,9 +1,10 @@
 """Top-level URL configuration."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from project.api.errors import unknown_api_path
 from project.api.views import HealthzView
 from refresh.metrics_view import metrics_view
 
@@ -24,6 +25,8 @@ urlpatterns = [
     ),
     # Session login for the browsable API (tokens need none of this).
     path("api/auth/", include("rest_framework.urls")),
+    # Last: any other /api/ path answers the envelope's 404, in DEBUG too.
+    re_path(r"^api/", unknown_api_path),
 ]
 
 # JSON envelopes for unknown `/api/` paths and unhandled errors there; the

@@ -18,6 +18,7 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from drf_standardized_errors.formatter import ExceptionFormatter
 from drf_standardized_errors.handler import ExceptionHandler
 from drf_standardized_errors.types import ErrorResponse
@@ -177,6 +178,29 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
             envelope("not_found", "No such endpoint or object.", {}), status=404
         )
     return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+
+
+@csrf_exempt  # a token client's POST to a wrong path gets the 404, not a CSRF page
+def unknown_api_path(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """The last `/api/` route: the envelope for unknown paths, in DEBUG too.
+
+    (Django's `handler404` is skipped when DEBUG is on, and `make run` runs
+    with DEBUG.) A path that exists with a trailing slash says so, instead
+    of a redirect that would turn a POST into a GET.
+    """
+    details: dict[str, Any] = {}
+    if not request.path.endswith("/"):
+        from django.urls import Resolver404, resolve
+
+        try:
+            resolve(request.path + "/")
+        except Resolver404:
+            pass
+        else:
+            details["did_you_mean"] = request.path + "/"
+    return JsonResponse(
+        envelope("not_found", "No such endpoint or object.", details), status=404
+    )
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

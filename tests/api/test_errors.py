@@ -17,13 +17,21 @@ pytestmark = pytest.mark.django_db
     "path",
     ["/api/nothing-here/", "/api/tools/abc/", "/api/gateways/1/tools/", "/api/"],
 )
-def test_unknown_api_paths_answer_the_envelope(world: World, path):
-    # DEBUG off, as in production: Django's own 404 handler runs.
-    with override_settings(DEBUG=False):
-        response = world.client("admin").get(path)
+@pytest.mark.parametrize("debug", [False, True])  # `make run` runs with DEBUG
+def test_unknown_api_paths_answer_the_envelope(world: World, path, debug):
+    with override_settings(DEBUG=debug):
+        for client in (world.client("admin"), APIClient(enforce_csrf_checks=True)):
+            for method in ("get", "post", "delete"):
+                response = getattr(client, method)(path)
+                assert response.status_code == 404, (method, path)
+                assert response["Content-Type"] == "application/json"
+                assert error_of(response)["code"] == "not_found"
+
+
+def test_a_path_missing_its_slash_says_which_exists(world: World):
+    response = world.client("admin").post("/api/gateways", {}, format="json")
     assert response.status_code == 404
-    assert response["Content-Type"] == "application/json"
-    assert error_of(response)["code"] == "not_found"
+    assert error_of(response)["details"] == {"did_you_mean": "/api/gateways/"}
 
 
 def test_paths_outside_the_api_keep_django_pages(world: World):

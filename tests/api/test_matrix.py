@@ -165,6 +165,8 @@ MATRIX = [
     Row("GET", "api/docs/", PUBLIC, lambda w: "/api/docs/", json=False),
     Row("GET", "healthz", PUBLIC, lambda w: "/healthz"),
     Row("GET", "metrics", PUBLIC, lambda w: "/metrics", json=False),
+    # Any other /api/ path: the envelope's 404 (the last route, a catch-all).
+    Row("GET", "^api/", (404,) * 6, lambda w: "/api/no-such-thing/"),
     Row("GET", "api/auth/login/", PUBLIC, lambda w: "/api/auth/login/", json=False),
     # An empty login form is re-displayed with its errors (200), signing no one in.
     Row(
@@ -230,7 +232,7 @@ def _methods(callback: Any) -> set[str]:
 def routed_endpoints() -> set[tuple[str, str]]:
     found = set()
     for route, callback in _walk(get_resolver().url_patterns):
-        if route.startswith("api/") or route in OTHER_ENDPOINTS:
+        if route.lstrip("^").startswith("api/") or route in OTHER_ENDPOINTS:
             found |= {(method, route) for method in _methods(callback)}
     return found
 

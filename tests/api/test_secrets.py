@@ -104,7 +104,9 @@ def test_no_secret_in_any_response_log_or_run(
     assert {"authorization": f"Bearer {BEARER}"}.items() <= bearer_server.seen_auth()[
         -1
     ].items()
-    assert any(seen["headers"].get("x-api-key") == HEADER for seen in header_server.seen_auth())
+    assert any(
+        seen["headers"].get("x-api-key") == HEADER for seen in header_server.seen_auth()
+    )
 
     # Failing refreshes: wrong caller credential, a server that errors, a dead one.
     assert refresh("caller", {"probe_credential": WRONG}).status_code == 502
