@@ -3,6 +3,9 @@ local edits that refreshes keep, approval that pins a revision, history."""
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -326,3 +329,61 @@ def test_another_tenants_tool_is_404_everywhere(world):
     assert missing.json() == client.get(detail(theirs)).json()
     theirs.refresh_from_db()
     assert theirs.alias == "" and theirs.review_state == "pending"
+
+
+def run_together(*calls: Any) -> list[int]:
+    """Start each call in its own thread at the same moment; their statuses."""
+    barrier = threading.Barrier(len(calls))
+    statuses: list[int] = [0] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait()
+            statuses[index] = calls[index]().status_code
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return statuses
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_approve_racing_an_apply_never_approves_an_unseen_revision(world, fake_probe):
+    """Approve (admin) and an applying refresh that changes the tool, started
+    together, 8 times: the tool ends approved at its current revision, or
+    `changed` with the approval pinned to the older one; never approved at a
+    revision older than its current one."""
+    tool = world.tools[0]
+    admin, member = world.client("admin"), world.client("member")
+    for round_no in range(8):
+        fake_probe.set_tools(
+            [
+                {
+                    "name": "search_contacts",
+                    "description": f"Round {round_no}.",
+                    "inputSchema": {"type": "object"},
+                },
+                {"name": "create_invoice", "inputSchema": {"type": "object"}},
+            ]
+        )
+        statuses = run_together(
+            lambda: admin.post(f"{LIST}{tool.pk}/approve", {}, format="json"),
+            lambda: member.post(
+                f"/api/gateways/{world.gateway.pk}/tools/refresh",
+                {"apply": True},
+                format="json",
+            ),
+        )
+        assert statuses == [200, 200]
+        stored = Tool.objects.select_related("approved_revision").get(pk=tool.pk)
+        assert stored.current_revision == round_no + 2
+        if stored.review_state == "approved":
+            assert stored.approved_revision.number == stored.current_revision
+        else:
+            assert stored.review_state == "changed"
+            assert stored.approved_revision.number == stored.current_revision - 1
