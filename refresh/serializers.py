@@ -129,8 +129,23 @@ class SkippedEntrySerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
+# Counts every report carries beyond SPEC 6's list (refresh.report.summarize).
+EXTRA_SUMMARY_KEYS = {
+    "unseen": "Rows a partial listing did not show (left as they are).",
+    "requires_review": "Approved tools whose new revision now needs re-approval.",
+    "effect_changed": "Tools whose effect apply changed from server hints.",
+}
+
+
 def _summary_fields() -> dict[str, Any]:
-    return {key: serializers.IntegerField(min_value=0) for key in SUMMARY_KEYS}
+    fields: dict[str, Any] = {
+        key: serializers.IntegerField(min_value=0) for key in SUMMARY_KEYS
+    }
+    for key, help_text in EXTRA_SUMMARY_KEYS.items():
+        fields[key] = serializers.IntegerField(
+            min_value=0, required=False, help_text=help_text
+        )
+    return fields
 
 
 ReportSummarySerializer = type(
