@@ -7,10 +7,12 @@ Thin: the refresh pages are in `refresh.admin_views`, scoping in
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db import models, transaction
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, JSONObject
@@ -183,6 +185,69 @@ class GatewayForm(forms.ModelForm):
         return data
 
 
+def with_list_facts(queryset: QuerySet[Gateway]) -> QuerySet[Gateway]:
+    """`queryset` annotated with `active_tools` and `last_run` (the last finished run)."""
+    tools = (
+        Tool.objects.filter(gateway=OuterRef("pk"), active=True)
+        .order_by()
+        .values("gateway")
+        .annotate(n=Count("*"))
+        .values("n")
+    )
+    last_run = (
+        RefreshRun.objects.filter(
+            gateway=OuterRef("pk"),
+            status__in=[RefreshRun.Status.SUCCEEDED, RefreshRun.Status.FAILED],
+        )
+        .order_by("-finished_at", "-id")
+        .values(
+            data=JSONObject(
+                id="id",
+                status="status",
+                applied="applied",
+                complete="complete",
+                summary="summary",
+                trigger="trigger",
+                apply_requested="options__apply",
+            )
+        )[:1]
+    )
+    return queryset.annotate(
+        active_tools=Coalesce(Subquery(tools, output_field=IntegerField()), Value(0)),
+        last_run=Subquery(last_run),
+    )
+
+
+def attach_list_facts(gateways: Sequence[Gateway]) -> None:
+    """Set `active_tools` and `last_run` on fetched gateways, in one query.
+
+    Only over the rows shown (indexed correlated subqueries), not in the list's
+    own query: PostgreSQL evaluates select-list subqueries for every row an
+    OFFSET skips as well, and the last page of 10,000 gateways took 2.9 s.
+    """
+    if not gateways:
+        return
+    facts = {
+        row["pk"]: row
+        for row in with_list_facts(
+            Gateway.objects.filter(pk__in=[g.pk for g in gateways]).order_by()
+        ).values("pk", "active_tools", "last_run")
+    }
+    for gateway in gateways:
+        row = facts.get(gateway.pk, {})
+        gateway.active_tools = row.get("active_tools", 0)  # type: ignore[attr-defined]
+        gateway.last_run = row.get("last_run")  # type: ignore[attr-defined]
+
+
+class GatewayChangeList(ChangeList):
+    """The gateway list, with each shown row's tool count and last run (one query)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # Evaluates the page's queryset; its cached rows are the ones rendered.
+        attach_list_facts(list(self.result_list))
+
+
 def recent_run_row(run: RefreshRun) -> dict[str, Any]:
     """One row of the gateway page's "Recent refreshes" table."""
     label, tone = run_outcome(
@@ -309,44 +374,8 @@ class GatewayAdmin(TenantScopedAdmin):
 
     # -- queryset and permissions ------------------------------------------------
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Gateway]:
-        # One query for the whole page: counts and the last finished run come
-        # from correlated subqueries (indexed), not one query per row.
-        tools = (
-            Tool.objects.filter(gateway=OuterRef("pk"), active=True)
-            .order_by()
-            .values("gateway")
-            .annotate(n=Count("*"))
-            .values("n")
-        )
-        last_run = (
-            RefreshRun.objects.filter(
-                gateway=OuterRef("pk"),
-                status__in=[RefreshRun.Status.SUCCEEDED, RefreshRun.Status.FAILED],
-            )
-            .order_by("-finished_at", "-id")
-            .values(
-                data=JSONObject(
-                    id="id",
-                    status="status",
-                    applied="applied",
-                    complete="complete",
-                    summary="summary",
-                    trigger="trigger",
-                    apply_requested="options__apply",
-                )
-            )[:1]
-        )
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                active_tools=Coalesce(
-                    Subquery(tools, output_field=IntegerField()), Value(0)
-                ),
-                last_run=Subquery(last_run),
-            )
-        )
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return GatewayChangeList
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))
@@ -444,7 +473,7 @@ class GatewayAdmin(TenantScopedAdmin):
             busy,
         )
 
-    @admin.display(description="Tools", ordering="active_tools")
+    @admin.display(description="Active tools")
     def tool_count(self, obj: Gateway) -> str:
         url = reverse("admin:tools_tool_changelist") + f"?gateway__id__exact={obj.pk}"
         return format_html('<a href="{}">{}</a>', url, getattr(obj, "active_tools", 0))
@@ -560,6 +589,7 @@ class GatewayAdmin(TenantScopedAdmin):
         obj = self.get_object(request, object_id)
         extra = dict(extra_context or {})
         if obj is not None:
+            attach_list_facts([obj])
             extra["can_refresh"] = can_refresh(request.user, obj)
             extra["needs_probe_credential"] = (
                 obj.auth_type == Gateway.AuthType.AS_CALLER

@@ -200,3 +200,22 @@ def test_a_failed_run_shows_why(
     html = page.content.decode()
     assert "Failed:" in html and run.reason in html
     assert b'id="ts-open-preview"' not in page.content
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_stored_report_as_json_by_role(
+    role: str, people: dict[str, Any], client: Client, served_gateway: Any
+) -> None:
+    gateway, server = served_gateway(tools=3)
+    server.mutate(change=0.5, add=0.5, remove=0.0, seed=22)
+    run = refresh_gateway(
+        gateway=gateway, trigger=RefreshRun.Trigger.ADMIN, options=RefreshOptions()
+    )
+    client.force_login(people[role])
+    response = client.get(reverse("admin:refresh_refreshrun_report", args=[run.pk]))
+    assert response.status_code == PAGE_STATUS[role]
+    if response.status_code == 200:
+        assert response["Content-Type"] == "application/json"
+        assert response.json() == run.report
+        page = client.get(reverse("admin:refresh_refreshrun_change", args=[run.pk]))
+        assert b'id="ts-report-json"' in page.content
