@@ -38,6 +38,7 @@ def _as_api_error(exc: SkillError) -> exceptions.APIException:
     )
 
 
+@extend_schema(tags=["skills"])
 class SkillViewSet(
     TenantScopedQuerysetMixin,
     RoleFloorMixin,
