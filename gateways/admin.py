@@ -185,6 +185,13 @@ class GatewayForm(forms.ModelForm):
         return data
 
 
+def age_text(when: Any) -> str:
+    """`just now` under a minute, else `3 minutes ago`."""
+    if (timezone.now() - when).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(when)} ago"
+
+
 def with_list_facts(queryset: QuerySet[Gateway]) -> QuerySet[Gateway]:
     """`queryset` annotated with `active_tools` and `last_run` (the last finished run)."""
     tools = (
@@ -278,7 +285,6 @@ class GatewayAdmin(TenantScopedAdmin):
         "prefix",
         "name",
         "tenant",
-        "enabled",
         "health_badge",
         "last_refresh",
         "tool_count",
@@ -463,13 +469,13 @@ class GatewayAdmin(TenantScopedAdmin):
         return format_html(
             '<span class="ts-nowrap"><span class="ts-badge ts-{}">{}</span> '
             '<span class="ts-counts">{}</span></span><br>'
-            '<a href="{}" title="{}" class="ts-when">{} ago</a>{}',
+            '<a href="{}" title="{}" class="ts-when">{}</a>{}',
             tone,
             label,
             counts,
             url,
             timezone.localtime(obj.last_refresh_at).strftime("%Y-%m-%d %H:%M:%S"),
-            timesince(obj.last_refresh_at),
+            age_text(obj.last_refresh_at),
             busy,
         )
 
