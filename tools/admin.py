@@ -394,12 +394,13 @@ class ToolAdmin(TenantScopedAdmin):
         # The revision the reviewer was shown: a refresh that wrote a newer
         # one in between must not get it approved unread.
         seen = request.POST.get("revision", "")
-        try:
-            approved = tool_approve(
-                tool=tool,
-                user=request.user,
-                revision=int(seen) if seen.isdigit() else None,
+        if not seen.isdigit():
+            messages.error(
+                request, "Not approved: the request did not say which revision."
             )
+            return HttpResponseRedirect(change_url)
+        try:
+            approved = tool_approve(tool=tool, user=request.user, revision=int(seen))
         except ToolRevisionMismatch as exc:
             messages.warning(
                 request,

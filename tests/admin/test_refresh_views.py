@@ -598,9 +598,11 @@ def test_a_caller_authenticated_gateway_asks_for_a_credential_and_keeps_none(
 
     form = client.get(start_url(gateway))
     assert b'name="probe_credential"' in form.content
-    empty = client.post(start_url(gateway), {"probe_credential": ""})
-    assert empty.status_code == 200
-    assert empty.context["form"].errors["probe_credential"]
+    for bad in ("", "x" * 101):
+        refused = client.post(start_url(gateway), {"probe_credential": bad})
+        assert refused.status_code == 200
+        assert refused.context["form"].errors["probe_credential"]
+        assert bad not in refused.content.decode() or not bad
     assert not RefreshRun.objects.filter(gateway=gateway).exists()
 
     page = client.post(start_url(gateway), {"probe_credential": secret}, follow=True)
@@ -725,3 +727,27 @@ def test_the_preview_of_an_applied_run_sends_you_to_its_record(
     other, _ = served_gateway(tools=1)
     # A run of another gateway under this gateway's URL does not exist.
     assert client.get(preview_url(gateway, latest_run(other))).status_code == 404
+
+
+@pytest.mark.parametrize("object_id", ["abc", "0", "99999", "1%20OR%201=1", "-1"])
+def test_garbage_ids_in_admin_urls_are_404_and_run_nothing(
+    object_id: str, people: dict[str, Any], client: Client, tenant: Any
+) -> None:
+    factories.GatewayFactory(tenant=tenant)
+    tool = factories.ToolFactory(gateway=factories.GatewayFactory(tenant=tenant))
+    client.force_login(people["admin"])
+    base = "/admin/"
+    for method, path in [
+        ("post", f"gateways/gateway/{object_id}/refresh/"),
+        ("get", f"gateways/gateway/{object_id}/refresh/"),
+        ("post", f"gateways/gateway/{object_id}/refresh/apply/"),
+        ("get", f"gateways/gateway/{object_id}/refresh/1/"),
+        ("get", f"tools/tool/{object_id}/diff/"),
+        ("post", f"tools/tool/{object_id}/approve/"),
+        ("get", f"refresh/refreshrun/{object_id}/report.json"),
+    ]:
+        response = getattr(client, method)(base + path, {"preview_run": "1"})
+        assert response.status_code == 404, (method, path, response.status_code)
+    assert not RefreshRun.objects.exists()
+    tool.refresh_from_db()
+    assert tool.review_state == "pending"

@@ -438,3 +438,20 @@ def test_tool_list_queries_do_not_grow_with_tools(
     for n in range(30):
         factories.ToolFactory(gateway=other, name=f"more_{n}")
     assert queries() == few
+
+
+@pytest.mark.parametrize("revision", [None, "", "two", "-1", "2; DROP TABLE"])
+def test_approve_without_a_clear_revision_approves_nothing(
+    revision: str | None, people: dict[str, Any], client: Client, tenant: Any
+) -> None:
+    tool = factories.ToolFactory(gateway=factories.GatewayFactory(tenant=tenant))
+    client.force_login(people["admin"])
+    data = {} if revision is None else {"revision": revision}
+    page = client.post(
+        reverse("admin:tools_tool_approve", args=[tool.pk]), data, follow=True
+    )
+    assert [str(m) for m in page.context["messages"]] == [
+        "Not approved: the request did not say which revision."
+    ]
+    tool.refresh_from_db()
+    assert tool.review_state == "pending" and tool.approved_revision is None
