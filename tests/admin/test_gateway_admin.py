@@ -101,7 +101,7 @@ def test_list_shows_health_last_refresh_tool_count_and_next_refresh(
 
     fine = row_of(page, healthy)
     assert fine.active_tools == 2
-    assert fine.last_run["id"] == latest.pk != older.pk
+    assert fine.last_run.pk == latest.pk != older.pk
     admin = page.context["cl"].model_admin
     assert "Healthy" in admin.health_badge(fine) and "ts-ok" in admin.health_badge(fine)
     last = admin.last_refresh(fine)
