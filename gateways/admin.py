@@ -192,6 +192,12 @@ def age_text(when: Any) -> str:
     return f"{timesince(when)} ago"
 
 
+def time_until_text(when: Any, now: Any) -> str:
+    """`42 s` under a minute (timeuntil would say `0 minutes`), else `3 minutes`."""
+    seconds = (when - now).total_seconds()
+    return f"{max(1, int(seconds))} s" if seconds < 60 else timeuntil(when, now)
+
+
 def attach_list_facts(gateways: Sequence[Gateway]) -> None:
     """Set `active_tools` and `last_run` (the last finished run) on fetched gateways.
 
@@ -487,7 +493,7 @@ class GatewayAdmin(TenantScopedAdmin):
         return format_html(
             '<span title="{}">in {}</span> <span class="ts-muted">(every {} s)</span>',
             timezone.localtime(obj.next_refresh_at).strftime("%Y-%m-%d %H:%M:%S"),
-            timeuntil(obj.next_refresh_at, now),
+            time_until_text(obj.next_refresh_at, now),
             every,
         )
 
