@@ -42,7 +42,7 @@ from typing import Any
 
 import anyio
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, connection
 from django.db.models import F
 from django.db.models.functions import Mod
 
@@ -190,37 +190,42 @@ def gateways_to_watch(
 ) -> tuple[dict[int, WatchSpec], dict[int, str]]:
     """The enabled gateways of `shard` to listen to, and why others are skipped.
 
-    Credentials are decrypted only for gateways that are new or whose
-    connection settings changed; an unchanged gateway keeps its spec.
+    One narrow query of plain values per reload; credentials are decrypted
+    (and model rows loaded) only for gateways that are new or whose
+    connection settings changed: an unchanged gateway keeps its spec.
     """
     known = known or {}
-    _recycle_connection()
+    rows = Gateway.objects.filter(enabled=True)
+    if shard.count > 1:
+        rows = rows.annotate(shard=Mod(F("id"), shard.count)).filter(shard=shard.index)
     try:
-        rows = Gateway.objects.filter(enabled=True)
-        if shard.count > 1:
-            rows = rows.annotate(shard=Mod(F("id"), shard.count)).filter(
-                shard=shard.index
+        values = list(rows.order_by("pk").values_list("id", *_FINGERPRINT_FIELDS))
+    except DatabaseError:
+        # The listener lives for weeks: after a database restart the next
+        # reload must reconnect instead of reusing the broken connection.
+        if not connection.in_atomic_block:
+            connection.close()
+        raise
+    specs: dict[int, WatchSpec] = {}
+    skipped: dict[int, str] = {}
+    fresh: dict[int, str] = {}
+    for gateway_id, *fields in values:
+        settings_of = dict(zip(_FINGERPRINT_FIELDS, fields, strict=True))
+        if settings_of["auth_type"] == Gateway.AuthType.AS_CALLER:
+            skipped[gateway_id] = (
+                "authenticates as the calling user: there is no stored credential "
+                "to listen with (scheduled and manual refreshes with a "
+                "probe_credential still apply)"
             )
-        rows = rows.order_by("pk").only(
-            "id", "prefix", "protocol_era", *_FINGERPRINT_FIELDS
-        )
-        specs: dict[int, WatchSpec] = {}
-        skipped: dict[int, str] = {}
-        for gateway in rows:
-            if gateway.auth_type == Gateway.AuthType.AS_CALLER:
-                skipped[gateway.pk] = (
-                    "authenticates as the calling user: there is no stored "
-                    "credential to listen with (scheduled and manual refreshes "
-                    "with a probe_credential still apply)"
-                )
-                continue
-            fingerprint = gateway_fingerprint(
-                {name: getattr(gateway, name) for name in _FINGERPRINT_FIELDS}
-            )
-            previous = known.get(gateway.pk)
-            if previous is not None and previous.fingerprint == fingerprint:
-                specs[gateway.pk] = previous
-                continue
+            continue
+        fingerprint = gateway_fingerprint(settings_of)
+        previous = known.get(gateway_id)
+        if previous is not None and previous.fingerprint == fingerprint:
+            specs[gateway_id] = previous
+        else:
+            fresh[gateway_id] = fingerprint
+    if fresh:
+        for gateway in Gateway.objects.filter(pk__in=list(fresh)):
             try:
                 target = gateway_probe_target(gateway)
             except (GatewayConfigError, CredentialError) as exc:
@@ -230,22 +235,10 @@ def gateways_to_watch(
                 gateway_id=gateway.pk,
                 prefix=gateway.prefix,
                 target=target,
-                fingerprint=fingerprint,
+                # As read above: a change since is seen at the next reload.
+                fingerprint=fresh[gateway.pk],
             )
-        return specs, skipped
-    finally:
-        _recycle_connection()
-
-
-def _recycle_connection() -> None:
-    """Drop this thread's connection if it is broken or past CONN_MAX_AGE.
-
-    The listener lives for weeks: a database restart must cost one failed
-    reload, not every reload after it. A connection inside a transaction
-    (a caller's, or a test's) is left alone.
-    """
-    if not connection.in_atomic_block:
-        close_old_connections()
+    return dict(sorted(specs.items())), skipped
 
 
 # -- supervision ---------------------------------------------------------------
@@ -575,7 +568,8 @@ class Listener:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.status(), indent=1, sort_keys=True))
+            # No indent: only the compact form uses json's C encoder.
+            tmp.write_text(json.dumps(self.status(), sort_keys=True))
             os.replace(tmp, path)
         except OSError:
             logger.warning("could not write the status file %s", path, exc_info=True)

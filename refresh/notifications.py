@@ -27,8 +27,11 @@ watched, and `run_session` ends (raising `SessionEnded`) when:
   `stream_grace` (it is tracked by wrapping its HTTP response stream);
 - the `subscriptions/listen` stream ended or was lost;
 - a liveness round trip failed (`ping` in the handshake era,
-  `server/discover` in 2026), one every `ping_interval` and at once after a
-  transport error: this catches what ends no stream (a half-open connection).
+  `server/discover` in 2026): one after `ping_interval` without traffic on
+  the session's event streams (servers send keep-alive comments on them, so
+  a healthy HTTP session rarely needs one), and one at once after a
+  transport error. This catches what ends no stream: a frozen server, a
+  half-open connection (TCP keep-alive probes catch those too).
 
 Reconnecting, backoff and the refresh after a reconnect (no replay exists in
 either era) belong to the supervisor, `refresh.listener`.
@@ -38,11 +41,12 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -74,6 +78,7 @@ from refresh.probe import (
     _open_transport,
     _ProbeProgress,
     scrub_secrets,
+    tls_context,
 )
 
 logger = logging.getLogger("toolsync.listener")
@@ -103,13 +108,25 @@ _LISTEN_METHODS: Mapping[type[Any], str] = {
 }
 
 
+# Kernel keepalive probes on every listener connection: a peer that vanished
+# without a reset (a network partition, a host gone) fails the idle stream
+# within about a minute, at no cost to this process.
+_TCP_KEEPALIVE: list[tuple[int, int, int]] = [
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+] + [
+    (socket.IPPROTO_TCP, getattr(socket, name), value)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    if hasattr(socket, name)
+]
+
+
 @dataclass(frozen=True)
 class SessionSettings:
     """How a session is watched (the listener fills these from settings)."""
 
-    ping_interval: float = 30.0
+    ping_interval: float = 60.0
     ping_timeout: float = 10.0
-    check_interval: float = 1.0
+    check_interval: float = 2.0
     stream_grace: float = 5.0
 
 
@@ -325,6 +342,11 @@ class NotificationAdapter:
                 headers=headers,
                 timeout=httpx2.Timeout(self.settings.ping_timeout, read=None),
                 auth=auth,
+                transport=httpx2.AsyncHTTPTransport(
+                    # One CA bundle per process, not one per session (~1 MB).
+                    verify=tls_context(),
+                    socket_options=_TCP_KEEPALIVE,
+                ),
                 event_hooks={"response": [watch.on_response]},
             )
 
@@ -348,7 +370,7 @@ class NotificationAdapter:
         if isinstance(message, Exception):
             # A transport fault: do not wait for the next scheduled ping.
             logger.debug("%s: transport error: %s", self.label, _describe(message))
-            state.check_now.set()
+            state.check_now = True
             return
         if state.modern:
             # 2026 events arrive through the listen stream (the SDK tees them
@@ -451,11 +473,11 @@ class NotificationAdapter:
         if not state.modern and not get_stream:
             state.mark_listening(info, on_listening)
         while True:
-            with anyio.move_on_after(settings.check_interval):
-                await state.check_now.wait()
-            forced = state.check_now.is_set()
-            if forced:
-                state.check_now = anyio.Event()
+            # A plain sleep, not a cancellable wait: with hundreds of sessions
+            # a cancel scope per tick was most of the listener's idle CPU. A
+            # transport error is acted on at the next tick instead.
+            await anyio.sleep(settings.check_interval)
+            forced, state.check_now = state.check_now, False
             now = time.monotonic()
             if _dispatcher_closed(client):
                 state.end(
@@ -491,6 +513,14 @@ class NotificationAdapter:
                         )
                     )
                     return
+            if (
+                not forced
+                and now >= next_ping
+                and watch.last_traffic > now - (settings.ping_interval)
+            ):
+                # The server wrote to one of our streams within the interval:
+                # that is as good as a round trip, and costs nothing.
+                next_ping = watch.last_traffic + _jittered(settings.ping_interval)
             if forced or now >= next_ping:
                 try:
                     with anyio.fail_after(settings.ping_timeout):
@@ -556,7 +586,7 @@ class _SessionState:
     listening: bool = False
     ended: SessionEnded | None = None
     scope: anyio.CancelScope | None = None
-    check_now: anyio.Event = field(default_factory=anyio.Event)
+    check_now: bool = False
 
     def end(self, ended: SessionEnded) -> None:
         """Record why the session ends (the first reason wins) and stop its tasks."""
@@ -576,11 +606,15 @@ class _SessionState:
 
 
 class _StreamWatch:
-    """Response hook: records statuses and tracks open GET event streams.
+    """Response hook: records statuses, tracks event streams and their traffic.
 
     The SDK opens the handshake era's GET stream in a task of its own and
-    gives it up silently; wrapping the stream's body is the one place its
-    end can be seen from outside.
+    gives it up silently; wrapping a stream's body is the one place its end
+    (and its traffic) can be seen from outside. Bytes arriving on any event
+    stream (a GET stream, the 2026 listen stream, the SSE transport's stream;
+    servers send keep-alive comments on them) prove the server alive and the
+    connection intact: the watchdog only pings a session whose streams have
+    been quiet for a whole ping interval.
     """
 
     def __init__(self, progress: _ProbeProgress) -> None:
@@ -588,18 +622,28 @@ class _StreamWatch:
         self.open_streams = 0
         self.ever_opened = False
         self.closed_at = 0.0
+        self.last_traffic = 0.0
         self.get_statuses: list[int] = []
 
     async def on_response(self, response: httpx2.Response) -> None:
         self.progress.http_statuses.append(response.status_code)
-        if response.request.method != "GET":
-            return
-        self.get_statuses.append(response.status_code)
+        is_get = response.request.method == "GET"
+        if is_get:
+            self.get_statuses.append(response.status_code)
         content_type = response.headers.get("content-type", "")
-        if response.status_code == 200 and content_type.startswith("text/event-stream"):
+        if response.status_code != 200 or not content_type.startswith(
+            "text/event-stream"
+        ):
+            return
+        if is_get:
             self.open_streams += 1
             self.ever_opened = True
-            response.stream = _TrackedStream(response.stream, self._closed)
+        response.stream = _TrackedStream(
+            response.stream, self._traffic, self._closed if is_get else None
+        )
+
+    def _traffic(self) -> None:
+        self.last_traffic = time.monotonic()
 
     def _closed(self) -> None:
         self.open_streams -= 1
@@ -607,15 +651,22 @@ class _StreamWatch:
 
 
 class _TrackedStream(httpx2.AsyncByteStream):
-    """A response body that reports, once, when it is closed."""
+    """A response body that reports its traffic, and, once, when it is closed."""
 
-    def __init__(self, inner: Any, on_close: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        on_chunk: Callable[[], None],
+        on_close: Callable[[], None] | None,
+    ) -> None:
         self._inner = inner
-        self._on_close: Callable[[], None] | None = on_close
+        self._on_chunk = on_chunk
+        self._on_close = on_close
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._inner:
+                self._on_chunk()
                 yield chunk
         finally:
             self._report()

@@ -196,6 +196,29 @@ async def test_a_frozen_server_is_noticed_by_the_liveness_round_trip(
     assert ended.established and "liveness check failed" in ended.reason
 
 
+async def test_traffic_on_the_stream_stands_in_for_round_trips(mcp_server_factory):
+    """At rest a session costs nothing while its server writes to its stream."""
+    server = mcp_server_factory(era="legacy")
+    settings = SessionSettings(ping_interval=2.0, ping_timeout=5, check_interval=0.2)
+    session = Session(NotificationAdapter(http_target(server), settings=settings))
+
+    def round_trips() -> int:
+        return sum(1 for r in server.seen_auth() if r["method"] == "POST")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session.run)
+        await session.until(lambda: session.infos, "listening")
+        await anyio.to_thread.run_sync(server.clear_seen_auth)
+        for _ in range(16):  # traffic every 0.3 s for ~5 s (interval >= 1.6 s)
+            await anyio.to_thread.run_sync(server.notify)
+            await anyio.sleep(0.3)
+        assert await anyio.to_thread.run_sync(round_trips) == 0
+        await anyio.sleep(4.0)  # quiet for longer than the interval (+20 %)
+        assert await anyio.to_thread.run_sync(round_trips) >= 1
+        assert session.ended == []
+        tg.cancel_scope.cancel()
+
+
 async def test_a_killed_stdio_server_ends_the_session_at_once(stdio_server_factory):
     stdio = stdio_server_factory(era="legacy")
     session = Session(NotificationAdapter(stdio_target(stdio), settings=FAST))
