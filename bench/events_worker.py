@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -284,5 +283,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    started = datetime.now()
     main()

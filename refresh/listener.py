@@ -351,6 +351,8 @@ class GatewayWatch:
             lived = time.monotonic() - listening_at[0] if listening_at else 0.0
             if lived >= self.config.stable_after:
                 backoff.reset()
+            if listening_at:
+                immediate = 0  # an era switch that worked is not a loop
             self.failures += 1
             self.last_error = outcome.reason
             metrics.listener_session_failed(self.spec.gateway_id, outcome.code)
@@ -380,11 +382,12 @@ class GatewayWatch:
                     if listening_at or backoff.attempt <= 1
                     else logging.INFO
                 )
+                lost = listening_at and not outcome.reason.startswith("session lost")
                 logger.log(
                     level,
                     "%s: %s%s; reconnecting in %.1f s",
                     self.label,
-                    "session lost: " if listening_at else "",
+                    "session lost: " if lost else "",
                     outcome.reason,
                     delay,
                 )
@@ -499,7 +502,8 @@ class Listener:
             watch = self.watches[gateway_id]
             spec = specs.get(gateway_id)
             if spec is None:
-                logger.info("%s: disabled or removed; closing its session", watch.label)
+                why = skipped.get(gateway_id) or "disabled or removed"
+                logger.info("%s: %s; closing its session", watch.label, why)
                 self._stop(gateway_id)
             elif spec.fingerprint != watch.spec.fingerprint:
                 logger.info(

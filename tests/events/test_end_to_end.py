@@ -23,7 +23,7 @@ from refresh.options import RefreshOptions
 from refresh.services import refresh_gateway
 from tests.events.conftest import kill_quietly, wait_until
 from tests.schedule.test_metrics import samples
-from tools.models import Tool
+from tools.models import Prompt, Resource, Tool
 
 pytestmark = [
     pytest.mark.postgres,
@@ -140,8 +140,19 @@ def test_a_notified_change_is_applied_in_both_eras_over_every_transport(
         server.mutate(change=0.25, add=0.25, remove=0.25, seed=7)
         if not name.startswith("stdio"):
             server.notify()
-    took = {name: wait_applied(gateways[name], servers[name]) for name in servers}
-    print("notification -> applied (s):", {k: round(v, 2) for k, v in took.items()})
+    announced = time.monotonic()
+    served = {name: served_tools(server) for name, server in servers.items()}
+    took: dict[str, float] = {}
+
+    def all_applied() -> bool:
+        for name, gateway in gateways.items():
+            if name not in took and active_tools(gateway) == served[name]:
+                took[name] = time.monotonic() - announced
+        return len(took) == len(gateways)
+
+    wait_until(all_applied, APPLIED_WITHIN, f"every catalog applied (so far {took})")
+    # Six refreshes on two worker children: some wait for a free child.
+    print("announced -> applied (s):", {k: round(v, 2) for k, v in took.items()})
     for name, gateway in gateways.items():
         runs = event_runs(gateway)
         assert runs and all(r.status == "succeeded" and r.applied for r in runs), name
@@ -197,6 +208,40 @@ def test_a_storm_of_1000_notifications_in_a_second_yields_one_refresh(
         (r.status, r.reason) for r in runs
     ]
     assert active_tools(gateway) == served_tools(server)
+
+
+def test_prompts_and_resources_announcements_refresh_them_too(
+    celery_cluster, start_listener, mcp_server_factory
+):
+    server = mcp_server_factory(tools=3, prompts=3, resources=3, era="legacy")
+    gateway = http_gateway("kinds", server)  # policy: tools only
+    assert not gateway.include_prompts and not gateway.include_resources
+    celery_cluster.worker(concurrency=2)
+    listener = start_listener()
+    listener.wait_listening([gateway.pk])
+
+    def names(model, key: str) -> set[str]:
+        return set(
+            model.objects.filter(gateway=gateway, active=True).values_list(
+                key, flat=True
+            )
+        )
+
+    for kind, model, key in (
+        ("prompts", Prompt, "name"),
+        ("resources", Resource, "uri"),
+    ):
+        server.mutate(kind=kind, add=0.5, change=0, remove=0, seed=21)
+        server.notify([kind])
+        wanted = {entry[key] for entry in server.snapshot()[kind]}
+        wait_until(
+            lambda m=model, k=key, w=wanted: names(m, k) == w, APPLIED_WITHIN, kind
+        )
+        run = event_runs(gateway)[-1]
+        assert run.options[f"include_{kind}"] is True, run.options
+        other = "resources" if kind == "prompts" else "prompts"
+        assert run.options[f"include_{other}"] is False
+        wait_until(lambda: idle(gateway), 30, "no run left")
 
 
 def test_a_notification_during_a_slow_refresh_is_not_lost(

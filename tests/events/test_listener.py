@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from io import StringIO
 from typing import Any
 
 import anyio
@@ -110,6 +111,32 @@ def test_listen_command_refuses_a_bad_shard_and_reports_no_listener(settings, tm
         call_command("listen", "--shard", "2/2")
     with pytest.raises(CommandError, match="no listener is running"):
         call_command("listen", "--status")
+
+
+@pytest.mark.parametrize(
+    ("content", "shown"),
+    [
+        ("{not json", "unreadable status file"),
+        ("[1, 2]", "malformed status file"),
+        # A listener that died without removing its file: its pid is gone.
+        (
+            json.dumps({"pid": 2**22 + 12345, "heartbeat": 1e12, "shard": "0/1"}),
+            "NOT RUNNING",
+        ),
+    ],
+)
+def test_status_of_a_broken_or_dead_listener_exits_1_and_says_so(
+    settings, tmp_path, content, shown
+):
+    settings.VAR_DIR = tmp_path
+    path = tmp_path / "listener" / "shard-0-of-1.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    out = StringIO()
+    with pytest.raises(CommandError, match="not running") as raised:
+        call_command("listen", "--status", stdout=out)
+    assert raised.value.returncode == 1
+    assert shown in out.getvalue()
 
 
 def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets():
@@ -263,6 +290,24 @@ async def test_a_reconnect_after_a_server_restart_asks_for_exactly_one_refresh(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.anyio
+async def test_refresh_on_start_refreshes_each_gateway_once_it_listens(
+    mcp_server_factory, tmp_path
+):
+    server = mcp_server_factory(tools=2, resources=1, era="modern")
+    gateway = await anyio.to_thread.run_sync(lambda: make_gateway("st", server.url))
+    recorder = Recorder()
+    listener = Listener(config(tmp_path, refresh_on_start=True), enqueue=recorder)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.run)
+        await until(lambda: recorder.for_gateway(gateway.pk), "start refresh")
+        [request] = recorder.for_gateway(gateway.pk)
+        assert request.reason == "start" and request.include_resources
+        assert listener.watches[gateway.pk].reconnects == 0
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.anyio
 async def test_an_unreachable_gateway_backs_off_and_the_status_says_why(
     mcp_server_factory, tmp_path, settings
 ):
@@ -302,8 +347,6 @@ async def test_an_unreachable_gateway_backs_off_and_the_status_says_why(
         assert status["sessions"]["listening"] == 0
 
         settings.VAR_DIR = tmp_path
-        from io import StringIO
-
         out = StringIO()
         call_command("listen", "--status", "--shard", "0/1", stdout=out)
         text = out.getvalue()
