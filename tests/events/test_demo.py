@@ -143,12 +143,20 @@ def test_make_run_shows_an_announced_change_in_the_admin(tmp_path):
             finally:
                 browser.close()
     finally:
-        children = child_pids(proc.pid, "")
+        children = {pid: cmdline(pid) for pid in child_pids(proc.pid, "")}
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # run_demo stops its children by PID
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        for pid in children:
-            kill_quietly(pid, signal.SIGKILL)
+        for pid, line in children.items():
+            if line and cmdline(pid) == line:  # still ours, not a reused PID
+                kill_quietly(pid, signal.SIGKILL)
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -188,7 +188,11 @@ def test_a_storm_of_1000_notifications_in_a_second_yields_one_refresh(
     server.mutate(change=0.3, add=0.3, remove=0.3, seed=11)
     started = time.monotonic()
     server.notify(count=1000)
-    assert time.monotonic() - started < 1.0, "the storm took over a second to send"
+    sent_in = time.monotonic() - started
+    print(f"1000 notifications sent in {sent_in:.2f} s")
+    # Typically ~0.3 s. Past the 5 s max delay a second refresh would be
+    # right, not a failure of the debouncer: only then is the run moot.
+    assert sent_in < 4.0, f"the storm took {sent_in:.1f} s to send"
     wait_applied(gateway, server)
     time.sleep(2.5)  # longer than the quiet window: anything further would show
     wait_until(lambda: idle(gateway), 30, "no run left")
