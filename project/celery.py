@@ -28,6 +28,8 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Queue
 
+import project.broker  # noqa: F401 - registers the atomic `filesystem://` transport
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 _VAR_DIR = Path(
