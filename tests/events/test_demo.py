@@ -142,6 +142,18 @@ def test_make_run_shows_an_announced_change_in_the_admin(tmp_path):
                 print(f"announced change -> visible in the admin: {shown:.2f} s")
             finally:
                 browser.close()
+        # `kill <pid>` stops the demo and every process it started, like Ctrl-C.
+        children = {pid: cmdline(pid) for pid in child_pids(proc.pid, "")}
+        assert children
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+            cmdline(pid) == line for pid, line in children.items()
+        ):
+            time.sleep(0.1)
+        left = [line for pid, line in children.items() if cmdline(pid) == line]
+        assert not left, f"run_demo left children running after SIGTERM: {left}"
     finally:
         children = {pid: cmdline(pid) for pid in child_pids(proc.pid, "")}
         if proc.poll() is None:

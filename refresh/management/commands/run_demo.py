@@ -66,6 +66,10 @@ def background_processes(python: str, web_port: int) -> list[tuple[str, list[str
     ]
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 class Command(BaseCommand):
     help = "Run the demo: database, demo MCP server, first refresh, web and background processes."
 
@@ -78,6 +82,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        # `kill <pid>` or a closed terminal must stop the children too, the
+        # way Ctrl-C does; left alone they would outlive the demo.
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGHUP, _interrupt)
         var = Path(settings.VAR_DIR)
         var.mkdir(parents=True, exist_ok=True)
         call_command("migrate", verbosity=0)
