@@ -23,7 +23,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 
 from gateways.admin_scope import REFRESH_PERMISSION, TenantScopedAdmin, can_refresh
-from gateways.models import ROLE_RANK, Gateway, Membership, Tenant
+from gateways.models import POLICY_FIELDS, ROLE_RANK, Gateway, Membership, Tenant
 from gateways.services import GatewayConfigError, gateway_set_credentials
 from refresh import admin_views, hooks
 from refresh.models import RefreshRun
@@ -145,13 +145,7 @@ class GatewayForm(forms.ModelForm):
             "args",
             "env",
             "auth_type",
-            "refresh_interval",
-            "auto_apply",
-            "deactivate_missing",
-            "reactivate_returning",
-            "apply_effect",
-            "include_prompts",
-            "include_resources",
+            *POLICY_FIELDS,
         )
 
     def clean_auth_headers(self) -> dict[str, str] | None:
@@ -341,13 +335,7 @@ class GatewayAdmin(TenantScopedAdmin):
             "Refresh policy (scheduled and event-driven runs)",
             {
                 "fields": (
-                    "refresh_interval",
-                    "auto_apply",
-                    "deactivate_missing",
-                    "reactivate_returning",
-                    "apply_effect",
-                    "include_prompts",
-                    "include_resources",
+                    *POLICY_FIELDS,
                     "next_refresh_at",
                 )
             },

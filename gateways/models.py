@@ -15,6 +15,17 @@ from django.db import models
 from django.db.models import Q
 
 PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+# The refresh policy of SPEC 5.2, as Gateway fields: what scheduled and
+# event-driven runs do. Admin, API and the sweep list these together.
+POLICY_FIELDS = (
+    "refresh_interval",
+    "auto_apply",
+    "deactivate_missing",
+    "reactivate_returning",
+    "apply_effect",
+    "include_prompts",
+    "include_resources",
+)
 
 
 class Tenant(models.Model):

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
-from gateways.models import PREFIX_PATTERN, Gateway
+from gateways.models import POLICY_FIELDS, PREFIX_PATTERN, Gateway
 from project.api.serializers import StrictCharField, StrictInputSerializer
 
 # RFC 9110 token characters: what an HTTP header name may contain.
@@ -103,13 +103,7 @@ class GatewaySerializer(serializers.ModelSerializer):
             "last_refresh_at",
             "last_refresh_status",
             "last_catalog_complete",
-            "refresh_interval",
-            "auto_apply",
-            "deactivate_missing",
-            "reactivate_returning",
-            "apply_effect",
-            "include_prompts",
-            "include_resources",
+            *POLICY_FIELDS,
             "next_refresh_at",
             "protocol_version",
             "protocol_era",

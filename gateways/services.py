@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from gateways.crypto import decrypt_credentials, encrypt_credentials, rotate_token
-from gateways.models import Gateway, Membership, Tenant
+from gateways.models import POLICY_FIELDS, Gateway, Membership, Tenant
 from refresh.probe import ProbeLimits, ProbeTarget
 
 
@@ -220,13 +220,7 @@ GATEWAY_UPDATABLE_FIELDS = (
     "args",
     "env",
     "enabled",
-    "refresh_interval",
-    "auto_apply",
-    "deactivate_missing",
-    "reactivate_returning",
-    "apply_effect",
-    "include_prompts",
-    "include_resources",
+    *POLICY_FIELDS,
 )
 
 

@@ -37,7 +37,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from gateways.models import Gateway
+from gateways.models import POLICY_FIELDS, Gateway
 from refresh import metrics
 from refresh.models import RefreshRun
 from refresh.options import RefreshOptions
@@ -56,18 +56,7 @@ Trigger = RefreshRun.Trigger
 Status = RefreshRun.Status
 
 # Only what a sweep reads: the interval, the due time, health and policy.
-_SWEEP_FIELDS = (
-    "id",
-    "refresh_interval",
-    "next_refresh_at",
-    "health",
-    "auto_apply",
-    "deactivate_missing",
-    "reactivate_returning",
-    "apply_effect",
-    "include_prompts",
-    "include_resources",
-)
+_SWEEP_FIELDS = ("id", "next_refresh_at", "health", *POLICY_FIELDS)
 
 
 @dataclass
