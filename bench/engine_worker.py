@@ -17,7 +17,7 @@ from bench.__main__ import _setup_django
 
 def main() -> None:
     n = int(sys.argv[1])
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else (5 if n <= 1000 else 3)
     _setup_django()
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -28,6 +28,7 @@ def main() -> None:
         probe_limits,
         tenant_get_or_create,
     )
+    from refresh.collector import collector_paused
     from refresh.models import RefreshRun
     from refresh.options import RefreshOptions
     from refresh.probe import probe_gateway
@@ -43,8 +44,11 @@ def main() -> None:
         target = gateway_probe_target(gateway)
 
         def probe_only() -> float:
+            # Under the same collector pause as a refresh's own probe, so the
+            # ratios compare the engine's work, not garbage-collector luck.
             start = time.perf_counter()
-            probe_catalog(probe_gateway(target, probe_limits()))
+            with collector_paused():
+                probe_catalog(probe_gateway(target, probe_limits()))
             return time.perf_counter() - start
 
         def refresh(options: RefreshOptions, on=None) -> tuple[float, dict]:
@@ -68,12 +72,18 @@ def main() -> None:
         # Phase 1, timings and peak RSS, with no query capture (it keeps
         # every SQL text, megabytes of report JSON, and would skew RSS).
         probe_only()  # warm the server and the client
-        probe_times = [probe_only() for _ in range(repeats)]
         first_s, _ = refresh(RefreshOptions(apply=True))
-        noop = [refresh(RefreshOptions(apply=True)) for _ in range(repeats)]
-        changes = []
+        # Paired rounds: each refresh right after a probe-only read of the
+        # same catalog, so both see the same machine load and server state
+        # (unpaired medians of 3 swung the ratio from 0.9x to 1.3x run to run).
+        probe_times, noop = [], []
+        for _ in range(repeats):
+            probe_times.append(probe_only())
+            noop.append(refresh(RefreshOptions(apply=True)))
+        change_probe_times, changes = [], []
         for round_no in range(repeats):
             server.mutate(change=0.10, add=0.05, remove=0.05, seed=round_no + 1)
+            change_probe_times.append(probe_only())
             changes.append(refresh(RefreshOptions(apply=True, deactivate_missing=True)))
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         # Phase 2, query counts (COPY statements included, see tools.bulk).
@@ -93,6 +103,7 @@ def main() -> None:
             "noop_s": statistics.median(t for t, _ in noop),
             "noop_queries": noop_q,
             "change_s": statistics.median(t for t, _ in changes),
+            "change_probe_only_s": statistics.median(change_probe_times),
             "change_queries": change_q,
             "change_summary": {
                 k: summary.get(k)

@@ -26,6 +26,7 @@ from gateways.services import (
 )
 from refresh import metrics
 from refresh.apply import ProbedCatalog, close_gateway_run, finish_run
+from refresh.collector import collector_paused
 from refresh.diff import catalog_fingerprint
 from refresh.exceptions import (
     GatewayDisabled,
@@ -138,6 +139,11 @@ def refresh_run_execute(
     outcomes the API maps to a status (409, 422, 502); the run is recorded
     either way. Scheduled, event and recovery runs never raise for those.
     """
+    with collector_paused():
+        return _execute(run, probe_credential)
+
+
+def _execute(run: RefreshRun, probe_credential: str | None) -> RefreshRun:
     started = time.monotonic()
     gateway = Gateway.objects.get(pk=run.gateway_id)
     manual = run.trigger in MANUAL_TRIGGERS
