@@ -7,6 +7,7 @@ and `refresh.lease` / `refresh.services` (lease, health, refresh outcome).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -240,6 +241,16 @@ class Gateway(models.Model):
                 raise ValidationError({"command": "A stdio gateway needs a command."})
         elif not self.url:
             raise ValidationError({"url": "An HTTP gateway needs a URL."})
+        parts = urlsplit(self.url) if self.url else None
+        if parts is not None and (parts.username or parts.password):
+            # The URL is shown in lists, reports and logs; secrets belong in
+            # the encrypted credentials.
+            raise ValidationError(
+                {
+                    "url": "Do not put credentials in the URL; use a bearer token "
+                    "or custom headers, which are stored encrypted."
+                }
+            )
         if self.transport == self.Transport.STDIO and self.auth_type not in (
             self.AuthType.NONE,
         ):

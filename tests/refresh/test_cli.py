@@ -66,6 +66,18 @@ def test_unknown_gateway_and_unreachable_server_are_clear_errors(mcp_server_fact
 
 
 def test_add_gateway_validates(mcp_server_factory):
+    with pytest.raises(CommandError, match="credentials in the URL"):
+        cmd(
+            "add_gateway",
+            "--tenant",
+            "t",
+            "--name",
+            "X",
+            "--prefix",
+            "x",
+            "--url",
+            "http://user:s3cret@127.0.0.1:1/mcp",
+        )
     with pytest.raises(CommandError):
         cmd(
             "add_gateway",
