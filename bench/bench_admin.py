@@ -6,12 +6,9 @@ database.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
-from bench.dbutil import fresh_database
+from bench.dbutil import fresh_database, run_worker
 
 
 def _cell(figures: dict[str, float]) -> str:
@@ -23,19 +20,15 @@ def run(ctx) -> str:  # type: ignore[no-untyped-def]
     rows = []
     for n_gateways, n_tools in sizes:
         env = {**os.environ, "DATABASE_URL": fresh_database("toolsync_bench_admin")}
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.admin_worker", str(n_gateways), str(n_tools)],
-            cwd=ctx.root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(
-                f"admin benchmark {n_gateways}/{n_tools} failed:\n{out.stderr[-4000:]}"
+        rows.append(
+            run_worker(
+                "bench.admin_worker",
+                n_gateways,
+                n_tools,
+                env=env,
+                what=f"admin benchmark {n_gateways}/{n_tools}",
             )
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        )
     lines = [
         "## Admin pages (issue 6)",
         "",

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from typing import Any
 
-from bench.dbutil import fresh_database
+from bench.dbutil import fresh_database, run_worker
 
 TARGET_OVERHEAD = 0.10
 
@@ -36,25 +35,9 @@ def run(ctx: Any) -> str:
         "DATABASE_URL": fresh_database("toolsync_bench_api"),
         "LOG_LEVEL": "WARNING",  # one log line per run, for both paths alike
     }
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.bench_api",
-            "worker",
-            str(n),
-            str(m),
-            str(repeats),
-        ],
-        cwd=ctx.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    r = run_worker(
+        "bench.bench_api", "worker", n, m, repeats, env=env, what="API benchmark"
     )
-    if out.returncode != 0:
-        raise RuntimeError(f"API benchmark failed:\n{out.stderr[-4000:]}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
     # The API's added time over HTTP: the median of paired differences, over
     # the engine's median; and the layer's own share measured inside requests.
     overhead = r["pair_diff_s"] / r["engine_s"]

@@ -6,12 +6,9 @@ Each size runs in its own process so its peak RSS is its own.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
-from bench.dbutil import fresh_database
+from bench.dbutil import fresh_database, run_worker
 
 
 def run(ctx) -> str:
@@ -19,17 +16,11 @@ def run(ctx) -> str:
     env = {**os.environ, "DATABASE_URL": fresh_database("toolsync_bench_engine")}
     rows = []
     for n in sizes:
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.engine_worker", str(n)],
-            cwd=ctx.root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
+        rows.append(
+            run_worker(
+                "bench.engine_worker", n, env=env, what=f"engine benchmark N={n}"
+            )
         )
-        if out.returncode != 0:
-            raise RuntimeError(f"engine benchmark N={n} failed:\n{out.stderr[-4000:]}")
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     lines = [
         "## Refresh engine (issue 2)",
         "",

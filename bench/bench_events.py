@@ -14,12 +14,9 @@ overrides; the benchmark flushes it):
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
-from bench.dbutil import fresh_database
+from bench.dbutil import fresh_database, run_worker
 
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
 
@@ -34,17 +31,9 @@ def _scenario(ctx, *args: str) -> dict:
         "CELERY_BROKER_URL": BROKER,
         "TOOLSYNC_VAR_DIR": str(ctx.root / "var" / "bench-events"),
     }
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.events_worker", *args],
-        cwd=ctx.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    return run_worker(
+        "bench.events_worker", *args, env=env, what=f"events benchmark {args}"
     )
-    if out.returncode != 0:
-        raise RuntimeError(f"events benchmark {args} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run(ctx) -> str:

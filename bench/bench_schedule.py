@@ -10,12 +10,9 @@ gateways fall due in a one-minute window.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
-from bench.dbutil import fresh_database
+from bench.dbutil import fresh_database, run_worker
 
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
 
@@ -27,17 +24,14 @@ def _scenario(ctx, mode: str, n: int, window: float) -> dict:
         "CELERY_BROKER_URL": BROKER,
         "TOOLSYNC_VAR_DIR": str(ctx.root / "var" / "bench-schedule"),
     }
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.schedule_worker", mode, str(n), str(window)],
-        cwd=ctx.root,
+    return run_worker(
+        "bench.schedule_worker",
+        mode,
+        n,
+        window,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+        what=f"schedule benchmark {mode}",
     )
-    if out.returncode != 0:
-        raise RuntimeError(f"schedule benchmark {mode} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run(ctx) -> str:

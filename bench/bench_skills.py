@@ -5,12 +5,9 @@ Each size runs in its own process on a fresh PostgreSQL database.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
-from bench.dbutil import fresh_database
+from bench.dbutil import fresh_database, run_worker
 
 TARGET_S = 2.0
 
@@ -24,19 +21,15 @@ def run(ctx) -> str:  # type: ignore[no-untyped-def]
     rows = []
     for n_skills, n_tools in sizes:
         env = {**os.environ, "DATABASE_URL": fresh_database("toolsync_bench_skills")}
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.skills_worker", str(n_skills), str(n_tools)],
-            cwd=ctx.root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(
-                f"skills benchmark {n_skills}/{n_tools} failed:\n{out.stderr[-4000:]}"
+        rows.append(
+            run_worker(
+                "bench.skills_worker",
+                n_skills,
+                n_tools,
+                env=env,
+                what=f"skills benchmark {n_skills}/{n_tools}",
             )
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        )
     lines = [
         "## Skills (issue 7)",
         "",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,3 +33,21 @@ def fresh_database(name: str) -> str:
         check=True,
     )
     return url
+
+
+def run_worker(
+    module: str, *args: object, env: dict[str, str], what: str
+) -> dict[str, Any]:
+    """Run `python -m <module> <args>` (one scenario, its own process, so its
+    peak RSS is its own) and return the JSON object it prints last."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, *(str(a) for a in args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
