@@ -215,7 +215,6 @@ def finish_run(
         if skills is not None:
             report["skills"] = skills
         now = timezone.now()
-        _record_server_metadata(gateway, probe, complete=diff.complete)
         final = {
             "status": RefreshRun.Status.SUCCEEDED,
             "applied": do_apply,
