@@ -86,31 +86,13 @@ class ApplyForm(ProbeCredentialForm):
     """The options of an Apply (or of a new preview), tied to the preview shown."""
 
     preview_run = forms.IntegerField(widget=forms.HiddenInput, min_value=1)
-    apply_effect = forms.BooleanField(
-        required=False,
-        label=OPTION_LABELS["apply_effect"],
-        help_text=OPTION_HELP["apply_effect"],
-    )
-    deactivate_missing = forms.BooleanField(
-        required=False,
-        label=OPTION_LABELS["deactivate_missing"],
-        help_text=OPTION_HELP["deactivate_missing"],
-    )
-    reactivate_returning = forms.BooleanField(
-        required=False,
-        label=OPTION_LABELS["reactivate_returning"],
-        help_text=OPTION_HELP["reactivate_returning"],
-    )
-    include_prompts = forms.BooleanField(
-        required=False,
-        label=OPTION_LABELS["include_prompts"],
-        help_text=OPTION_HELP["include_prompts"],
-    )
-    include_resources = forms.BooleanField(
-        required=False,
-        label=OPTION_LABELS["include_resources"],
-        help_text=OPTION_HELP["include_resources"],
-    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in OPTION_FIELDS:
+            self.fields[name] = forms.BooleanField(
+                required=False, label=OPTION_LABELS[name], help_text=OPTION_HELP[name]
+            )
 
     def option_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in OPTION_FIELDS]

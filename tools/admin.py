@@ -96,6 +96,19 @@ class ToolRevisionInline(admin.TabularInline):
         )
 
 
+def _json_display(attr: str, description: str) -> Any:
+    """A read-only admin field that shows a JSON value as escaped, indented text."""
+
+    @admin.display(description=description)
+    def display(self: Any, obj: Tool) -> str:
+        value = getattr(obj, attr)
+        if value is None:
+            return "—"
+        return format_html('<pre class="ts-json">{}</pre>', pretty(value))
+
+    return display
+
+
 @admin.register(Tool)
 class ToolAdmin(TenantScopedAdmin):
     """Tools: effect, gating and review at a glance; approve what changed."""
@@ -252,30 +265,11 @@ class ToolAdmin(TenantScopedAdmin):
             return "—"
         return format_html('<div class="ts-text">{}</div>', obj.description)
 
-    def _json(self, value: Any) -> str:
-        if value is None:
-            return "—"
-        return format_html('<pre class="ts-json">{}</pre>', pretty(value))
-
-    @admin.display(description="Input schema")
-    def input_schema_display(self, obj: Tool) -> str:
-        return self._json(obj.input_schema)
-
-    @admin.display(description="Output schema")
-    def output_schema_display(self, obj: Tool) -> str:
-        return self._json(obj.output_schema)
-
-    @admin.display(description="Annotations")
-    def annotations_display(self, obj: Tool) -> str:
-        return self._json(obj.annotations)
-
-    @admin.display(description="Execution")
-    def execution_display(self, obj: Tool) -> str:
-        return self._json(obj.execution)
-
-    @admin.display(description="_meta")
-    def meta_display(self, obj: Tool) -> str:
-        return self._json(obj.meta)
+    input_schema_display = _json_display("input_schema", "Input schema")
+    output_schema_display = _json_display("output_schema", "Output schema")
+    annotations_display = _json_display("annotations", "Annotations")
+    execution_display = _json_display("execution", "Execution")
+    meta_display = _json_display("meta", "_meta")
 
     @admin.display(description="Icons")
     def icons_display(self, obj: Tool) -> Any:
